@@ -1,0 +1,15 @@
+from django.contrib import admin
+from django.urls import include, path
+
+from tools_app import pages
+
+urlpatterns = [
+    path("", pages.dashboard, name="dashboard"),
+    path("login/", pages.LoginView.as_view(), name="login"),
+    path("logout/", pages.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("tools_app.api.urls")),
+]
+
+handler404 = "tools_app.pages.not_found"
+handler500 = "tools_app.pages.server_error"

@@ -1,0 +1,72 @@
+"""The fixed cast every suite shares: an admin, an operator of `ops`, an auditor, an outsider; agents builder and scout."""
+
+import os
+from types import SimpleNamespace
+
+import pytest
+from rest_framework.test import APIClient
+
+from tools_app.models import Channel, ChannelKind
+from tools_app.policy_store import policy_forget
+from tools_app.services import agent_create, user_create
+
+SERVICES_REQUIRED = os.environ.get("ALEPH_REQUIRE_SERVICES") == "1"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_policy_cache():
+    policy_forget()
+    yield
+    policy_forget()
+
+
+def make_cast():
+    people = {}
+    for name, role in (("admin", "admin"), ("olive", "operator"), ("otto", "operator"), ("audrey", "auditor")):
+        user, token = user_create(name=name, role=role, password=f"{name}-password")
+        people[name] = SimpleNamespace(user=user, token=token, password=f"{name}-password")
+    outsider, outsider_token = user_create(name="oscar", role="operator", password="oscar-password")
+    outsider.groups.clear()
+    people["oscar"] = SimpleNamespace(user=outsider, token=outsider_token, password="oscar-password")
+    agents = {}
+    for name in ("builder", "scout"):
+        agent, token = agent_create(name=name)
+        agents[name] = SimpleNamespace(agent=agent, token=token)
+    ops = Channel.objects.create(name="ops", kind=ChannelKind.WEB)
+    ops.operators.add(people["olive"].user)
+    lab = Channel.objects.create(name="lab", kind=ChannelKind.WEB)
+    lab.operators.add(people["otto"].user)
+    nightly = Channel.objects.create(name="nightly", kind=ChannelKind.CRON, unattended=True)
+    return SimpleNamespace(
+        admin=people["admin"],
+        operator=people["olive"],
+        other_operator=people["otto"],
+        auditor=people["audrey"],
+        outsider=people["oscar"],
+        builder=agents["builder"],
+        scout=agents["scout"],
+        ops=ops,
+        lab=lab,
+        nightly=nightly,
+    )
+
+
+@pytest.fixture
+def cast(db):
+    return make_cast()
+
+
+def client_for(token: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return client
+
+
+@pytest.fixture
+def as_builder(cast):
+    return client_for(cast.builder.token)
+
+
+@pytest.fixture
+def as_scout(cast):
+    return client_for(cast.scout.token)
