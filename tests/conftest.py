@@ -70,3 +70,39 @@ def as_builder(cast):
 @pytest.fixture
 def as_scout(cast):
     return client_for(cast.scout.token)
+
+
+def _child_database():
+    """In the forked daphne: use the test database, on connections of its own."""
+    from django.conf import settings
+    from django.db import connections
+
+    from channels.testing.live import set_database_connection
+
+    set_database_connection()
+    connections.close_all()
+    settings.ALLOWED_HOSTS = ["*"]
+
+
+@pytest.fixture
+def daphne_server(transactional_db):
+    """A real daphne serving this project (HTTP and websockets) on a free port of 127.0.0.1, on the test database."""
+    from functools import partial
+
+    from channels.testing.live import make_application
+    from daphne.testing import DaphneProcess
+    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+    from django.db import connections
+
+    connections.close_all()
+    process = DaphneProcess(
+        "127.0.0.1", partial(make_application, static_wrapper=ASGIStaticFilesHandler), setup=_child_database
+    )
+    process.start()
+    while not process.ready.wait(timeout=1):
+        if not process.is_alive():
+            raise RuntimeError(f"daphne did not start: {process.errors.get(timeout=1)}")
+    port = process.port.value
+    yield SimpleNamespace(url=f"http://127.0.0.1:{port}", ws_url=f"ws://127.0.0.1:{port}", port=port)
+    process.terminate()
+    process.join(timeout=10)
