@@ -73,13 +73,10 @@ def as_scout(cast):
 
 
 def _child_database():
-    """In the forked daphne: use the test database, on connections of its own."""
+    """In the forked daphne: the settings already name the test database; open connections of its own."""
     from django.conf import settings
     from django.db import connections
 
-    from channels.testing.live import set_database_connection
-
-    set_database_connection()
     connections.close_all()
     settings.ALLOWED_HOSTS = ["*"]
 
