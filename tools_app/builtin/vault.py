@@ -12,6 +12,7 @@ class VaultStore(TypedTool):
     description = "Store a secret under a name, encrypted at rest; it is never shown again."
     facts = DESTRUCTIVE
     requires = ("vault_box",)
+    secret_arguments = ("value",)
 
     class Args(ToolArgs):
         name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,128}$", description="The name to store the secret under.")

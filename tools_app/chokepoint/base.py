@@ -126,6 +126,7 @@ class BaseTool(ABC):
     description: ClassVar[str] = ""
     facts: ClassVar[ToolFacts | None] = None
     requires: ClassVar[tuple[str, ...]] = ()
+    secret_arguments: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **dependencies: Any):
         self.dependencies = dependencies
@@ -139,6 +140,12 @@ class BaseTool(ABC):
 
     @abstractmethod
     async def call(self, args: Any, ctx: ToolContext) -> ToolResult: ...
+
+    def redact(self, raw_input: dict[str, Any]) -> dict[str, Any]:
+        """The input as the event log, the approval card and the ledger may show it: secrets replaced."""
+        if not self.secret_arguments:
+            return raw_input
+        return {k: "[redacted]" if k in self.secret_arguments else v for k, v in raw_input.items()}
 
     def asks_for_arguments(self, args: Any) -> bool:
         """True when these arguments make the call destructive (file_ops delete, say)."""

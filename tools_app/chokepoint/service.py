@@ -292,7 +292,7 @@ class ScopedToolService:
         tool = self.registry.get(name)
         if tool is None:
             raise CallRejected("tool_not_found", f"No tool named {name!r} is available here.")
-        call = self._draft(name, raw_input)
+        call = self._draft(name, tool.redact(raw_input))
         entry = self.policy.entry_for(name, self.turn.agent.id, self.turn.channel.id)
         tier, tier_source = self.policy.tier_for(
             self.turn.agent.id, self.turn.channel, self.turn.session.exec_tier if self.turn.session else None
@@ -309,7 +309,7 @@ class ScopedToolService:
         if decision.verdict == DENY:
             return await self._finish(call, decision, CallStatus.DENIED, None, mutating=mutating)
         if decision.verdict == ASK:
-            settlement = await self._settle(call, decision, on_park)
+            settlement = await self._settle(call, decision, arguments_fingerprint(raw_input), on_park)
             decision = decision.settled(
                 decided_by=settlement.decided_by,
                 reason=settlement.reason,
@@ -323,13 +323,15 @@ class ScopedToolService:
         status = CallStatus.SUCCEEDED if result.success else CallStatus.FAILED
         return await self._finish(call, decision, status, result, mutating=mutating)
 
-    async def _settle(self, call: ToolCall, decision: Decision, on_park: Callable[[str], None] | None) -> Settlement:
+    async def _settle(
+        self, call: ToolCall, decision: Decision, fingerprint: str, on_park: Callable[[str], None] | None
+    ) -> Settlement:
         pending = PendingCall(
             call_id=str(call.id),
             turn=self.turn,
             tool=call.tool,
             input=call.input,
-            fingerprint=arguments_fingerprint(call.input),
+            fingerprint=fingerprint,
             decision=decision,
         )
         grant = await self.gate.standing_grant(pending)
