@@ -15,6 +15,7 @@ REJECTION_STATUS = {
     "tool_not_found": status.HTTP_404_NOT_FOUND,
     "channel_not_found": status.HTTP_404_NOT_FOUND,
     "agent_not_found": status.HTTP_404_NOT_FOUND,
+    "call_not_found": status.HTTP_404_NOT_FOUND,
     "agent_inactive": status.HTTP_403_FORBIDDEN,
     "invalid_arguments": status.HTTP_400_BAD_REQUEST,
 }

@@ -1,10 +1,23 @@
 """Request validation and the documented response shapes of the API."""
 
+from collections.abc import Mapping
+
 from rest_framework import serializers
 
 from ..chokepoint.service import DISPATCHER_FORMATS
 
 CHANNEL_HELP = "The channel the agent acts in."
+
+
+class StrictRequestSerializer(serializers.Serializer):
+    """A request body naming a field this API does not know (say, "agent") is refused, never silently ignored."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, Mapping):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)
 
 
 class ErrorBodySerializer(serializers.Serializer):
@@ -68,7 +81,7 @@ class CallSerializer(serializers.Serializer):
     result = ResultSerializer(allow_null=True)
 
 
-class CallCreateSerializer(serializers.Serializer):
+class CallCreateSerializer(StrictRequestSerializer):
     tool = serializers.CharField(max_length=128)
     input = serializers.DictField(default=dict, help_text="The tool's arguments, a JSON object.")
     channel = serializers.CharField(max_length=64, help_text=CHANNEL_HELP)
@@ -82,7 +95,7 @@ class CallWaitSerializer(serializers.Serializer):
     wait = serializers.FloatField(min_value=0, max_value=300, default=0)
 
 
-class ExplainRequestSerializer(serializers.Serializer):
+class ExplainRequestSerializer(StrictRequestSerializer):
     agent = serializers.CharField(max_length=64)
     channel = serializers.CharField(max_length=64)
     tool = serializers.CharField(max_length=128)

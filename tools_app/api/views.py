@@ -10,6 +10,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection
 from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -75,8 +76,16 @@ class ToolDetailView(APIView):
         return Response(definition.as_dict())
 
 
+class DispatcherFormatNegotiation(DefaultContentNegotiation):
+    """Here `?format=` names the dispatcher format (openai, anthropic, mcp), not a renderer as DRF would read it."""
+
+    class settings:
+        URL_FORMAT_OVERRIDE = None
+
+
 class ToolSchemaView(APIView):
     permission_classes = [IsAgent]
+    content_negotiation_class = DispatcherFormatNegotiation
 
     @extend_schema(
         parameters=[s.SchemaQuerySerializer],
