@@ -47,14 +47,72 @@ class Decision:
         }
 
 
+def glob_needle(pattern: str) -> str:
+    """The longest run of literal characters in a glob, read as fnmatch reads it: every name it matches contains it."""
+    runs, run = [], ""
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        i += 1
+        if c == "[":
+            # fnmatch's bracket set: "[!" and a leading "]" belong to it; without a closing "]" the "[" is literal.
+            j = i + 1 if i < n and pattern[i] == "!" else i
+            j = j + 1 if j < n and pattern[j] == "]" else j
+            while j < n and pattern[j] != "]":
+                j += 1
+            if j < n:
+                runs.append(run)
+                run, i = "", j + 1
+                continue
+        if c in "*?":
+            runs.append(run)
+            run = ""
+        else:
+            run += c
+    runs.append(run)
+    return max(runs, key=len)
+
+
+# A compiled glob: (rank, needle, regex or None, rule); it matches when `needle in name` and the regex, if any, does.
+Glob = tuple[int, str, "re.Pattern[str] | None", Rule]
+
+
+def glob_compile(pattern: str, rule: Rule, *, prefix: str = "", suffix: str = "") -> Glob:
+    """The cheapest test that equals fnmatchcase for this pattern, given the bucket key the name already carries."""
+    rank = RANK[rule.action]
+    if prefix and not pattern[len(prefix) :].strip("*"):
+        return (rank, "", None, rule)
+    if suffix and pattern.lstrip("*") == suffix and not WILDCARDS.search(suffix):
+        return (rank, "", None, rule)
+    middle = pattern.strip("*")
+    if pattern.startswith("*") and pattern.endswith("*") and not WILDCARDS.search(middle):
+        return (rank, middle, None, rule)
+    return (rank, glob_needle(pattern), re.compile(translate(pattern)), rule)
+
+
+def bucket_best(bucket: list[Glob], name: str, best: Rule | None) -> Rule | None:
+    """The most restrictive glob of a bucket (sorted most restrictive first) that beats `best` and matches."""
+    best_rank = -1 if best is None else RANK[best.action]
+    for rank, needle, regex, rule in bucket:
+        if rank <= best_rank:
+            break
+        if needle in name and (regex is None or regex.match(name)):
+            return rule
+    return best
+
+
 class ScopeTable:
-    """The entries of one scope: exact names in a dict, globs precompiled and bucketed by literal prefix or suffix."""
+    """The entries of one scope: exact names in a dict, globs precompiled and bucketed by literal prefix or suffix.
+
+    Inside a bucket the name already carries the bucket key, so `prefix*` and `*suffix` need no regex, `*word*` is a
+    substring test, and any other glob runs its regex only when its longest literal part occurs in the name.
+    """
 
     def __init__(self, label_prefix: str, entries: Iterable[tuple[str, str]]):
         self.exact: dict[str, Rule] = {}
-        self.by_prefix: dict[str, list[tuple[re.Pattern[str], Rule]]] = {}
-        self.by_suffix: dict[str, list[tuple[re.Pattern[str], Rule]]] = {}
-        self.loose: list[tuple[re.Pattern[str], Rule]] = []
+        self.by_prefix: dict[str, list[Glob]] = {}
+        self.by_suffix: dict[str, list[Glob]] = {}
+        self.loose: list[Glob] = []
         for pattern, action in entries:
             if action not in RANK:
                 raise ValueError(f"unknown action {action!r} for {label_prefix}{pattern}")
@@ -62,19 +120,33 @@ class ScopeTable:
             if wildcard is None:
                 self.exact[pattern] = Rule(action, label_prefix + pattern, exact=True)
                 continue
-            compiled = (re.compile(translate(pattern)), Rule(action, label_prefix + pattern, exact=False))
+            rule = Rule(action, label_prefix + pattern, exact=False)
             prefix = pattern[: wildcard.start()]
             suffix = re.split(r"[*?\]]", pattern)[-1]
             if prefix:
-                self.by_prefix.setdefault(prefix, []).append(compiled)
+                self.by_prefix.setdefault(prefix, []).append(glob_compile(pattern, rule, prefix=prefix))
             elif suffix:
-                self.by_suffix.setdefault(suffix, []).append(compiled)
+                self.by_suffix.setdefault(suffix, []).append(glob_compile(pattern, rule, suffix=suffix))
             else:
-                self.loose.append(compiled)
+                self.loose.append(glob_compile(pattern, rule))
         for bucket in (*self.by_prefix.values(), *self.by_suffix.values(), self.loose):
-            bucket.sort(key=lambda item: -RANK[item[1].action])
+            bucket.sort(key=lambda glob: -glob[0])
         self.prefix_lengths = sorted({len(p) for p in self.by_prefix})
         self.suffix_lengths = sorted({len(s) for s in self.by_suffix})
+        # Each key cut at every shorter bucket length ([] where no bucket sits): a name whose cut is absent can match
+        # no longer key either, so a miss stops at its first absent cut instead of trying every length.
+        self.prefix_paths: dict[str, list[Glob]] = {
+            key[:length]: self.by_prefix.get(key[:length], [])
+            for key in self.by_prefix
+            for length in self.prefix_lengths
+            if length <= len(key)
+        }
+        self.suffix_paths: dict[str, list[Glob]] = {
+            key[len(key) - length :]: self.by_suffix.get(key[len(key) - length :], [])
+            for key in self.by_suffix
+            for length in self.suffix_lengths
+            if length <= len(key)
+        }
 
     def __len__(self) -> int:
         return (
@@ -90,32 +162,30 @@ class ScopeTable:
         if rule is not None:
             return rule
         best: Rule | None = None
-        for bucket in self._candidate_buckets(name):
-            for regex, candidate in bucket:
-                if best is not None and RANK[candidate.action] <= RANK[best.action]:
-                    break
-                if regex.match(name):
-                    best = candidate
-                    break
-            if best is not None and best.action == DENY:
-                return best
-        return best
-
-    def _candidate_buckets(self, name: str) -> Iterable[list[tuple[re.Pattern[str], Rule]]]:
+        size = len(name)
         for length in self.prefix_lengths:
-            if length > len(name):
+            if length > size:
                 break
-            bucket = self.by_prefix.get(name[:length])
+            bucket = self.prefix_paths.get(name[:length])
+            if bucket is None:
+                break
             if bucket:
-                yield bucket
+                best = bucket_best(bucket, name, best)
+                if best is not None and best.action == DENY:
+                    return best
         for length in self.suffix_lengths:
-            if length > len(name):
+            if length > size:
                 break
-            bucket = self.by_suffix.get(name[len(name) - length :])
+            bucket = self.suffix_paths.get(name[size - length :])
+            if bucket is None:
+                break
             if bucket:
-                yield bucket
+                best = bucket_best(bucket, name, best)
+                if best is not None and best.action == DENY:
+                    return best
         if self.loose:
-            yield self.loose
+            best = bucket_best(self.loose, name, best)
+        return best
 
 
 EMPTY_TABLE = ScopeTable("", ())
@@ -165,11 +235,13 @@ class CompiledPolicy:
 
     def entry_for(self, tool: str, agent_id: int, channel_id: int) -> Rule | None:
         """Across scopes the most restrictive matching entry wins; on a tie, the most specific scope names it."""
-        candidates = [self.channel_tables.get(channel_id, EMPTY_TABLE).match(tool)]
-        candidates += [self.agent_tables.get(a.id, EMPTY_TABLE).match(tool) for a in self.agent_lineage(agent_id)]
-        candidates.append(self.global_table.match(tool))
         best: Rule | None = None
-        for rule in candidates:
+        tables = [self.channel_tables.get(channel_id)]
+        tables += [self.agent_tables.get(a.id) for a in self.agent_lineage(agent_id)]
+        tables.append(self.global_table)
+        for table in tables:
+            # A scope without entries has no table: skipping it saves a whole match on most calls.
+            rule = table.match(tool) if table is not None else None
             if rule is not None and (best is None or RANK[rule.action] > RANK[best.action]):
                 best = rule
         return best
