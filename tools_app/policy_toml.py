@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 import tomli_w
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from .models import Agent, Channel, Scope, ToolPermission
 from .policy_store import policy_state
@@ -32,19 +32,19 @@ class EntrySpec(Strict):
     note: str = Field(default="", max_length=500)
 
 
-def _permissions(value: dict[str, Any]) -> dict[str, EntrySpec]:
-    entries = {}
-    for pattern, spec in value.items():
-        if not PATTERN.match(pattern):
-            raise ValueError(f"{pattern!r} is not a tool name or glob")
-        try:
-            entries[pattern] = EntrySpec.model_validate({"action": spec} if isinstance(spec, str) else spec)
-        except ValidationError as exc:
-            raise ValueError(f"{pattern!r}: {exc.errors(include_url=False)[0]['msg']}") from None
-    return entries
+def _pattern(value: str) -> str:
+    if not PATTERN.match(value):
+        raise ValueError(f"{value!r} is not a tool name or glob")
+    return value
 
 
-Permissions = Annotated[dict[str, Any], AfterValidator(_permissions)]
+def _entry(value: Any) -> Any:
+    """`"pattern" = "deny"` is short for `"pattern" = { action = "deny" }`."""
+    return {"action": value} if isinstance(value, str) else value
+
+
+# Pattern and entry are validated per key, so an error's location (and so its line) names the entry itself.
+Permissions = dict[Annotated[str, AfterValidator(_pattern)], Annotated[EntrySpec, BeforeValidator(_entry)]]
 
 
 class PoliciesSpec(Strict):
