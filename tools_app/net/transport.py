@@ -1,0 +1,101 @@
+"""The pinned transport: every request is vetted, then its connection dials exactly the vetted address."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterable
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+import httpcore
+import httpx
+
+from .guard import Guard, SsrfBlocked
+
+
+@dataclass(frozen=True)
+class Pin:
+    """The vetted addresses for the one origin the current request may connect to."""
+
+    host: str
+    port: int
+    addresses: tuple[str, ...]
+
+
+DEFAULT_LIMITS = httpx.Limits(max_connections=20, max_keepalive_connections=10, keepalive_expiry=5.0)
+
+# httpcore opens a request's connection in the task that sent the request, so a context variable carries its pin.
+_pin: ContextVar[Pin | None] = ContextVar("aleph_outbound_pin", default=None)
+
+
+class PinnedBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's network backend, reduced to dialing the vetted addresses; TLS SNI and Host keep the name."""
+
+    def __init__(self, connector: httpcore.AsyncNetworkBackend):
+        self.connector = connector
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        pin = _pin.get()
+        if pin is None or (pin.host, pin.port) != (host, port):
+            raise SsrfBlocked("unpinned", f"{host}:{port}", host=host)
+        failure: Exception | None = None
+        for address in pin.addresses:
+            try:
+                return await self.connector.connect_tcp(
+                    address, port, timeout=timeout, local_address=local_address, socket_options=socket_options
+                )
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                failure = exc
+        raise failure or httpcore.ConnectError(f"no address to dial for {host}")
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise SsrfBlocked("unix_socket", f"unix:{path}")
+
+    async def sleep(self, seconds: float) -> None:
+        await self.connector.sleep(seconds)
+
+
+class GuardedTransport(httpx.AsyncHTTPTransport):
+    """httpx's transport over a connection pool whose backend is pinned; no proxy, no unix socket, no retries."""
+
+    def __init__(
+        self,
+        *,
+        guard: Guard,
+        ssl_context: ssl.SSLContext,
+        connector: httpcore.AsyncNetworkBackend | None = None,
+        limits: httpx.Limits = DEFAULT_LIMITS,
+    ):
+        # The parent's __init__ is skipped on purpose: it would build its pool from proxy settings; this one has none.
+        self.guard = guard
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=ssl_context,
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            http1=True,
+            http2=False,
+            retries=0,
+            network_backend=PinnedBackend(connector or httpcore.AnyIOBackend()),
+        )
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        target = self.guard.check_url(request.url)
+        addresses = await self.guard.resolve(target)
+        token = _pin.set(Pin(request.url.raw_host.decode("ascii"), target.port, addresses))
+        try:
+            return await super().handle_async_request(request)
+        finally:
+            _pin.reset(token)
