@@ -257,3 +257,68 @@ class GlobalToolPermission(ToolPermission):
         proxy = True
         verbose_name = "global permission"
         verbose_name_plural = "global permissions"
+
+
+class McpTransport(models.TextChoices):
+    STDIO = "stdio", "stdio"
+    HTTP = "http", "Streamable HTTP"
+
+
+class McpStatus(models.TextChoices):
+    DISABLED = "disabled", "Disabled"
+    CONNECTING = "connecting", "Connecting"
+    CONNECTED = "connected", "Connected"
+    ERROR = "error", "Error"
+    NEEDS_LOGIN = "needs_login", "Needs login"
+
+
+class McpServer(models.Model):
+    """An MCP server whose tools are bridged through the chokepoint; the status fields are the manager's."""
+
+    name = models.CharField(max_length=64, unique=True, validators=[name_validator])
+    transport = models.CharField(max_length=8, choices=McpTransport.choices, default=McpTransport.STDIO)
+    command = models.CharField(max_length=500, blank=True, help_text="stdio: the executable to start.")
+    args = models.JSONField(default=list, blank=True, help_text="stdio: a JSON list of arguments.")
+    env = models.JSONField(default=dict, blank=True, help_text="stdio: extra environment variables (JSON object).")
+    url = models.CharField(max_length=2000, blank=True, help_text="http: the server's streamable HTTP endpoint.")
+    headers = models.JSONField(default=dict, blank=True, help_text="http: extra request headers (JSON object).")
+    network_allow = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="http: addresses or networks this server may reach although they are not public (admin-approved).",
+    )
+    enabled = models.BooleanField(default=True)
+    call_timeout_s = models.PositiveIntegerField(default=60, validators=[MinValueValidator(1), MaxValueValidator(3600)])
+    status = models.CharField(max_length=16, choices=McpStatus.choices, default=McpStatus.CONNECTING, editable=False)
+    last_error = models.TextField(blank=True, editable=False)
+    capabilities = models.JSONField(default=dict, blank=True, editable=False)
+    connected_since = models.DateTimeField(null=True, blank=True, editable=False)
+    changed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    changed_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "MCP server"
+        verbose_name_plural = "MCP servers"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from .mcp.config import config_problems
+
+        problems = config_problems(
+            transport=self.transport,
+            command=self.command,
+            args=self.args,
+            env=self.env,
+            url=self.url,
+            headers=self.headers,
+            network_allow=self.network_allow,
+        )
+        if problems:
+            raise ValidationError(problems)
