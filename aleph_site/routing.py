@@ -1,3 +1,5 @@
 """Collects each app's websocket routes; the apps own them."""
 
-websocket_urlpatterns: list = []
+from approvals_app.routing import websocket_urlpatterns as approvals_routes
+
+websocket_urlpatterns: list = [*approvals_routes]

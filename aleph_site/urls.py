@@ -9,6 +9,9 @@ urlpatterns = [
     path("logout/", pages.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("tools_app.api.urls")),
+    path("mcp/servers/", include("tools_app.mcp.urls")),
+    path("api/v1/approvals/", include("approvals_app.api_urls")),
+    path("approvals/", include("approvals_app.urls")),
 ]
 
 handler404 = "tools_app.pages.not_found"

@@ -1,5 +1,6 @@
 """The one place that wires the registry, the approval desk, the ledger recorder and the floors together."""
 
+from approvals_app.desk import ApprovalDesk
 from tools_app.builtin import builtin_tools
 from tools_app.chokepoint.registry import ToolRegistry
 from tools_app.crypto import secret_box
@@ -9,4 +10,4 @@ from tools_app.gateway import Gateway
 def build_gateway() -> Gateway:
     registry = ToolRegistry()
     registry.register_all(builtin_tools(vault_box=secret_box(b"aleph-vault")))
-    return Gateway(registry=registry.freeze())
+    return Gateway(registry=registry.freeze(), gate=ApprovalDesk(registry=registry))
