@@ -223,7 +223,11 @@ def test_export_then_import_changes_nothing(imported):
     imported.nightly.save()
     before = snapshot()
     exported = policy_export()
-    tomllib.loads(exported)
+    assert tomllib.loads(exported)["agents"][0]["name"] == "builder"
+    # The documented layout, which a person can extend by appending blocks.
+    assert exported.count("[[agents]]\n") == 3 and exported.count("[[channels]]\n") == 3
+    assert '[channels.tool_permissions]\n"note_?rite" = { action = "deny", note = "a note" }\n' in exported
+    assert 'operators = ["olive"]\n' in exported
     summary = policy_import(text=exported)
     assert summary["new_agent_tokens"] == {}
     assert summary["removed_entries"] == 0

@@ -259,6 +259,65 @@ def _entries(rows) -> dict[str, Any]:
     return {r.pattern: ({"action": r.action, "note": r.note} if r.note else r.action) for r in rows}
 
 
+def _toml_value(value: Any) -> str:
+    """One value on one line: arrays and tables inline, scalars exactly as tomli_w writes them."""
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return (
+            "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }" if value else "{}"
+        )
+    return tomli_w.dumps({"v": value}).partition(" = ")[2].rstrip("\n")
+
+
+def _toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else _toml_value(key)
+
+
+def _is_table_array(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(item, dict) for item in value)
+
+
+def _toml_blocks(path: str, table: dict[str, Any], *, array: bool) -> list[str]:
+    """The layout API.md documents: `[[agents]]` blocks, `[x.tool_permissions]` with one entry per line.
+
+    tomli_w alone writes short arrays of tables inline (`agents = [{...}]`), which a person cannot extend by
+    appending a `[[agents]]` block or an `[agents.tool_permissions]` table.
+    """
+    lines = [f"[[{path}]]" if array else f"[{path}]"]
+    nested: list[tuple[str, Any]] = []
+    for key, value in table.items():
+        if isinstance(value, dict) or _is_table_array(value):
+            nested.append((key, value))
+        else:
+            lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
+    blocks = ["\n".join(lines)] if array or len(lines) > 1 or not nested else []
+    for key, value in nested:
+        sub = f"{path}.{_toml_key(key)}"
+        if key == "tool_permissions" and isinstance(value, dict):
+            if value:
+                entries = [f"[{sub}]"]
+                entries += [f"{_toml_value(pattern)} = {_toml_value(spec)}" for pattern, spec in value.items()]
+                blocks.append("\n".join(entries))
+        elif isinstance(value, dict):
+            blocks.extend(_toml_blocks(sub, value, array=False))
+        else:
+            for item in value:
+                blocks.extend(_toml_blocks(sub, item, array=True))
+    return blocks
+
+
+def _toml_render(document: dict[str, Any]) -> str:
+    blocks: list[str] = []
+    for name, value in document.items():
+        if isinstance(value, dict):
+            blocks.extend(_toml_blocks(_toml_key(name), value, array=False))
+        elif _is_table_array(value):
+            for item in value:
+                blocks.extend(_toml_blocks(_toml_key(name), item, array=True))
+    return "\n\n".join(blocks) + "\n"
+
+
 def policy_export() -> str:
     state = policy_state()
     rows = list(ToolPermission.objects.select_related("agent", "channel").order_by("pattern"))
@@ -293,4 +352,4 @@ def policy_export() -> str:
         value = section.export()
         if value:
             document[name] = value
-    return tomli_w.dumps(document)
+    return _toml_render(document)
