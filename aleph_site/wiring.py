@@ -5,9 +5,12 @@ from tools_app.builtin import builtin_tools
 from tools_app.chokepoint.registry import ToolRegistry
 from tools_app.crypto import secret_box
 from tools_app.gateway import Gateway
+from tools_app.net.client import Outbound
+from tools_app.net.store import network_allow_current
 
 
 def build_gateway() -> Gateway:
     registry = ToolRegistry()
-    registry.register_all(builtin_tools(vault_box=secret_box(b"aleph-vault")))
+    outbound = Outbound(allow_source=network_allow_current)
+    registry.register_all(builtin_tools(vault_box=secret_box(b"aleph-vault"), outbound=outbound))
     return Gateway(registry=registry.freeze(), gate=ApprovalDesk(registry=registry))

@@ -3,7 +3,18 @@
 from django import forms
 from django.contrib import admin, messages
 
-from .models import Agent, Channel, GlobalToolPermission, PolicyState, Scope, Session, ToolCall, ToolPermission
+from .models import (
+    Agent,
+    Channel,
+    GlobalToolPermission,
+    NetworkAllow,
+    PolicyState,
+    Scope,
+    Session,
+    ToolCall,
+    ToolPermission,
+)
+from .net.store import network_allow_changed
 from .services import token_hash, token_new
 
 
@@ -135,3 +146,26 @@ class SessionAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False
+
+
+@admin.register(NetworkAllow)
+class NetworkAllowAdmin(admin.ModelAdmin):
+    """The outbound allow list; every change makes each server process re-read it on its next fetch."""
+
+    list_display = ["entry", "note", "changed_by", "changed_at"]
+    search_fields = ["entry", "note"]
+    fields = ["entry", "note", "changed_by", "changed_at"]
+    readonly_fields = ["changed_by", "changed_at"]
+
+    def save_model(self, request, obj, form, change):
+        obj.changed_by = request.user
+        super().save_model(request, obj, form, change)
+        network_allow_changed()
+
+    def delete_model(self, request, obj):
+        super().delete_model(request, obj)
+        network_allow_changed()
+
+    def delete_queryset(self, request, queryset):
+        super().delete_queryset(request, queryset)
+        network_allow_changed()

@@ -322,3 +322,38 @@ class McpServer(models.Model):
         )
         if problems:
             raise ValidationError(problems)
+
+
+def network_entry_validate(value: str) -> None:
+    from django.core.exceptions import ValidationError
+
+    from .net.guard import allow_entry_parse
+
+    try:
+        allow_entry_parse(value)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
+
+
+class NetworkAllow(models.Model):
+    """One entry of the outbound allow list: the only way a fetch reaches a loopback, private or internal address."""
+
+    entry = models.CharField(
+        max_length=300,
+        unique=True,
+        validators=[network_entry_validate],
+        help_text="An exact host (mcp.internal, 10.0.0.5, mcp.internal:8443, [fd00::1]:443) or a network (10.0.0.0/8).",
+    )
+    note = models.CharField(max_length=500, blank=True)
+    changed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    changed_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["entry"]
+        verbose_name = "network allow entry"
+        verbose_name_plural = "network allow list"
+
+    def __str__(self) -> str:
+        return self.entry

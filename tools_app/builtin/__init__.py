@@ -5,8 +5,9 @@ from typing import Any
 from ..chokepoint.base import BaseTool
 from .memory import NoteSearch, NoteWrite
 from .vault import VaultStore
+from .web import WebFetch
 
-BUILTIN_TOOLS: tuple[type[BaseTool], ...] = (NoteWrite, NoteSearch, VaultStore)
+BUILTIN_TOOLS: tuple[type[BaseTool], ...] = (NoteWrite, NoteSearch, VaultStore, WebFetch)
 
 
 def builtin_tools(**dependencies: Any) -> list[BaseTool]:

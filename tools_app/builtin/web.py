@@ -44,6 +44,11 @@ class FetchFailed(Exception):
         self.detail = detail
 
 
+# Preformatted text travels between private-use markers so whitespace clean-up leaves it alone.
+_PRE_START, _PRE_END = "\ue000", "\ue001"
+_PRE = re.compile(f"({_PRE_START}[^{_PRE_END}]*{_PRE_END})")
+
+
 class _Markdown(HTMLParser):
     """HTML to readable markdown: headings, paragraphs, lists, links and the title; scripts and styles dropped."""
 
@@ -86,6 +91,7 @@ class _Markdown(HTMLParser):
         elif tag in self.BLOCK:
             self.parts.append("\n\n")
         elif tag == "a":
+            self._link_close()
             href = (dict(attrs).get("href") or "").strip()
             url = urljoin(self.base_url, href) if href else ""
             if url.startswith(("http://", "https://")):
@@ -100,15 +106,21 @@ class _Markdown(HTMLParser):
             self._pre = max(0, self._pre - 1)
             self.parts.append("\n```\n\n")
         elif tag in self.HEADINGS or tag in self.BLOCK:
+            self._link_close()  # a link left open by broken markup ends with its block
             self.parts.append("\n\n")
-        elif tag == "a" and self._link is not None:
-            url, start = self._link
-            self._link = None
-            text = " ".join("".join(self.parts[start:]).split())
-            if text:
-                self.parts[start:] = [f"[{text}]({url})"]
-            if len(self.links) < MAX_LINKS:
-                self.links.append({"text": text, "url": url})
+        elif tag == "a":
+            self._link_close()
+
+    def _link_close(self) -> None:
+        if self._link is None:
+            return
+        url, start = self._link
+        self._link = None
+        text = " ".join(_PRE.sub(lambda m: m.group(0)[1:-1], "".join(self.parts[start:])).split())
+        if text:
+            self.parts[start:] = [f"[{text}]({url})"]
+        if len(self.links) < MAX_LINKS:
+            self.links.append({"text": text, "url": url})
 
     def handle_data(self, data: str) -> None:
         if self._skip:
@@ -116,15 +128,20 @@ class _Markdown(HTMLParser):
         if self._in_title:
             self.title += data
         elif self._pre:
-            self.parts.append(data)
+            self.parts.append(f"{_PRE_START}{data}{_PRE_END}")
         else:
             self.parts.append(re.sub(r"\s+", " ", data))
 
     def markdown(self) -> str:
-        text = "".join(self.parts)
-        text = re.sub(r"[ \t]+\n", "\n", text)
-        text = re.sub(r"\n[ \t]+", "\n", text)
-        return re.sub(r"\n{3,}", "\n\n", text).strip()
+        self._link_close()
+        pieces = []
+        for piece in _PRE.split("".join(self.parts)):
+            if piece.startswith(_PRE_START):
+                pieces.append(piece[1:-1])
+            else:
+                piece = re.sub(r"[ \t]*\n[ \t]*", "\n", piece)
+                pieces.append(re.sub(r"\n{3,}", "\n\n", piece))
+        return "".join(pieces).strip()
 
 
 def html_to_markdown(html: str, *, base_url: str) -> dict[str, Any]:
