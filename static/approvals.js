@@ -12,7 +12,7 @@
   const help = document.getElementById("ap-help");
   const me = root.dataset.me;
   const FOLD_AT = 160;
-  const RESOLVED_LINGER_MS = 6000;
+  const RESOLVED_LINGER_MS = 4000;
   const baseTitle = document.title;
 
   const cards = new Map(); // id -> {card, el, parts}
@@ -37,7 +37,7 @@
       else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
       else node.setAttribute(key, value === true ? "" : value);
     }
-    for (const child of children.flat()) {
+    for (const child of children.flat(Infinity)) {
       if (child !== null && child !== undefined) node.append(child);
     }
     return node;
