@@ -11,7 +11,7 @@ from tools_app.builtin import builtin_tools
 from tools_app.chokepoint.registry import ToolRegistry
 from tools_app.chokepoint.service import NoApprovalGate, Settlement
 from tools_app.crypto import secret_box
-from tools_app.gateway import Gateway
+from tools_app.gateway import Gateway, gateway
 from tools_app.models import Agent, Note, Scope, ToolCall, ToolPermission, VaultSecret
 
 CALLS = "/api/v1/calls/"
@@ -329,16 +329,19 @@ def _names_in_schema(payload: list, format: str) -> set[str]:
 
 def test_deny_hides_the_tool_from_list_describe_and_every_schema_format(cast, as_builder, as_scout):
     permit("vault_store", "deny", agent=cast.builder.agent)
-    listed = {tool["name"] for tool in as_builder.get(TOOLS, {"channel": "ops"}).json()}
-    assert listed == {"note_search", "note_write"}
+    everything = {tool.name for tool in gateway().registry.all()}
+    assert {"note_search", "note_write", "vault_store"} <= everything
+    visible = everything - {"vault_store"}
+    assert {tool["name"] for tool in as_builder.get(TOOLS, {"channel": "ops"}).json()} == visible
+    assert {tool["name"] for tool in as_scout.get(TOOLS, {"channel": "ops"}).json()} == everything
     assert_error(as_builder.get(f"{TOOLS}vault_store/", {"channel": "ops"}), 404, "tool_not_found")
     assert as_builder.get(f"{TOOLS}note_write/", {"channel": "ops"}).json()["name"] == "note_write"
     for format in ("openai", "anthropic", "mcp"):
         response = as_builder.get(SCHEMA, {"channel": "ops", "format": format})
         assert response.status_code == 200, (format, response.content)
-        assert _names_in_schema(response.json(), format) == {"note_search", "note_write"}
+        assert _names_in_schema(response.json(), format) == visible
         scouts = as_scout.get(SCHEMA, {"channel": "ops", "format": format}).json()
-        assert _names_in_schema(scouts, format) == {"note_search", "note_write", "vault_store"}
+        assert _names_in_schema(scouts, format) == everything
     assert_error(as_builder.get(SCHEMA, {"channel": "ops", "format": "yaml"}), 400, "invalid_request")
     assert_error(as_builder.get(TOOLS), 400, "invalid_request")
     assert_error(as_builder.get(TOOLS, {"channel": "nowhere"}), 404, "channel_not_found")

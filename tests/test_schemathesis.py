@@ -36,13 +36,16 @@ TOOL_INPUTS = st.one_of(
     st.fixed_dictionaries({"name": st.text(max_size=20), "value": st.text(max_size=20)}),
     st.dictionaries(st.sampled_from(["query", "text", "name", "value", "limit", "other"]), JSON_VALUES, max_size=3),
 )
-CALL_OPTIONS = {"session": st.text(min_size=1, max_size=20), "wait": st.floats(0, 2)}
+# A short wait: with the approval desk wired, a call that asks parks and answers 202 once the wait is over.
+CALL_OPTIONS = {"session": st.text(min_size=1, max_size=20)}
+WAIT = st.floats(0, 0.2)
 KNOWN_CALLS = st.one_of(
     st.fixed_dictionaries(
         {
             "tool": st.just("note_search"),
             "input": st.fixed_dictionaries({"query": st.text(min_size=1, max_size=30)}),
             "channel": st.sampled_from(CHANNELS[:3]),
+            "wait": WAIT,
         },
         optional=CALL_OPTIONS,
     ),
@@ -51,11 +54,12 @@ KNOWN_CALLS = st.one_of(
             "tool": st.just("note_write"),
             "input": st.fixed_dictionaries({"text": st.text(min_size=1, max_size=60)}),
             "channel": st.sampled_from(CHANNELS[:3]),
+            "wait": WAIT,
         },
         optional=CALL_OPTIONS,
     ),
     st.fixed_dictionaries(
-        {"tool": st.sampled_from(TOOLS), "input": TOOL_INPUTS, "channel": st.sampled_from(CHANNELS)},
+        {"tool": st.sampled_from(TOOLS), "input": TOOL_INPUTS, "channel": st.sampled_from(CHANNELS), "wait": WAIT},
         optional=CALL_OPTIONS,
     ),
 )
