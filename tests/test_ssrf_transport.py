@@ -4,6 +4,7 @@ import datetime
 import ssl
 
 import httpcore
+import httpx
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -12,9 +13,9 @@ from cryptography.x509.oid import NameOID
 
 from tools_app.builtin.web import WebFetch
 from tools_app.chokepoint.base import ToolContext
-from tools_app.net import AllowList, Outbound, SsrfBlocked
+from tools_app.net import AllowList, Guard, Outbound, SsrfBlocked
 from tools_app.net.testing import RecordingConnector, ScriptedResolver, StubServer, respond
-from tools_app.net.transport import PinnedBackend
+from tools_app.net.transport import GuardedTransport, PinnedBackend
 
 CTX = ToolContext(call_id="c", agent_id=1, agent_name="builder", channel_name="ops", session_key=None, attended=True)
 
@@ -68,12 +69,21 @@ async def fetch(outbound, url, **args):
     return await tool.run(tool.parse({"url": url, **args}), CTX)
 
 
-async def test_a_redirect_chain_is_checked_at_every_hop(stub):
+async def test_a_redirect_chain_is_checked_at_every_hop(stub, monkeypatch):
+    checked = []
+    check_url = Guard.check_url
+
+    def spy(self, url):
+        checked.append(str(url))
+        return check_url(self, url)
+
+    monkeypatch.setattr(Guard, "check_url", spy)
     outbound, resolver, connector = door(stub, allow=[f"stub.test:{stub.port}"])
     result = await fetch(outbound, f"http://stub.test:{stub.port}/start")
     assert result.success, result.error
     assert [s.path for s in stub.seen] == ["/start", "/hop1", "/ok"]
-    assert resolver.questions == [("stub.test", stub.port)] * 3  # one lookup per hop, none skipped
+    assert checked == [f"http://stub.test:{stub.port}{path}" for path in ("/start", "/hop1", "/ok")]
+    assert resolver.questions == [("stub.test", stub.port)]  # the vetted answer serves the keep-alive window
     assert set(connector.attempts) == {("127.0.0.1", stub.port)}
     assert result.output["final_url"] == f"http://stub.test:{stub.port}/ok"
     assert [hop["status"] for hop in result.output["redirects"]] == [302, 302]
@@ -143,15 +153,35 @@ async def test_rebinding_never_reaches_loopback():
     assert resolver.questions == [("rebind.test", 80)] * 2
 
 
+REDIRECT_AGAIN = b"HTTP/1.1 302 Found\r\nLocation: /again\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
 async def test_rebinding_between_redirect_hops_never_reaches_loopback():
-    canned = b"HTTP/1.1 302 Found\r\nLocation: /again\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    """Within one client the vetted answer is reused, so the name is not asked again and loopback never comes up."""
     resolver = ScriptedResolver({"rebind.test": [["93.184.216.34"], ["127.0.0.1"]]})
-    connector = RecordingConnector(canned=canned)
+    connector = RecordingConnector(canned=REDIRECT_AGAIN)
     async with Outbound(resolver=resolver, connector=connector).client(allow=AllowList()) as client:
+        with pytest.raises(httpx.TooManyRedirects):
+            await client.get("http://rebind.test/")
+    assert connector.attempts == [("93.184.216.34", 80)] * 6
+    assert resolver.questions == [("rebind.test", 80)]
+
+
+async def test_rebinding_after_the_answer_expires_is_refused():
+    resolver = ScriptedResolver({"rebind.test": [["93.184.216.34"], ["127.0.0.1"]]})
+    connector = RecordingConnector(canned=REDIRECT_AGAIN)
+    transport = GuardedTransport(
+        guard=Guard(resolver=resolver),
+        ssl_context=ssl.create_default_context(),
+        connector=connector,
+        limits=httpx.Limits(keepalive_expiry=0),
+    )
+    async with httpx.AsyncClient(transport=transport, follow_redirects=True) as client:
         with pytest.raises(SsrfBlocked) as caught:
             await client.get("http://rebind.test/")
     assert caught.value.rule == "loopback"
     assert connector.attempts == [("93.184.216.34", 80)]
+    assert resolver.questions == [("rebind.test", 80)] * 2
 
 
 async def test_the_real_backend_dials_the_vetted_address_not_the_name(stub):

@@ -151,17 +151,21 @@ class SsrfBlocked(httpx.RequestError):
         return detail
 
 
+def _ranges(table: tuple[tuple[IPNetwork, str], ...]) -> tuple[tuple[int, int, str], ...]:
+    return tuple((int(net.network_address), int(net.broadcast_address), rule) for net, rule in table)
+
+
+# The same tables as integer ranges: comparing ints is ten times cheaper than `address in network`.
+_RANGES = {4: _ranges(_DENY_V4), 6: _ranges(_DENY_V6)}
+
+
 def address_rule(address: IPAddress) -> str | None:
     """The deny rule an address falls under, or None for a public address."""
-    if address.version == 4:
-        for network, rule in _DENY_V4:
-            if address in network:
-                return rule
-        return None
-    for network, rule in _DENY_V6:
-        if address in network:
+    value = int(address)
+    for low, high, rule in _RANGES[address.version]:
+        if low <= value <= high:
             return rule
-    if address not in _GLOBAL_UNICAST_V6:
+    if address.version == 6 and address not in _GLOBAL_UNICAST_V6:
         return "reserved"
     return None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ssl
+import time
 from collections.abc import Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 import httpcore
 import httpx
 
-from .guard import Guard, SsrfBlocked
+from .guard import Guard, SsrfBlocked, Target
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,7 @@ class Pin:
     addresses: tuple[str, ...]
 
 
+MAX_CACHED_NAMES = 256
 DEFAULT_LIMITS = httpx.Limits(max_connections=20, max_keepalive_connections=10, keepalive_expiry=5.0)
 
 # httpcore opens a request's connection in the task that sent the request, so a context variable carries its pin.
@@ -80,6 +82,8 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
     ):
         # The parent's __init__ is skipped on purpose: it would build its pool from proxy settings; this one has none.
         self.guard = guard
+        self._answers: dict[tuple[str, int], tuple[float, tuple[str, ...]]] = {}
+        self._answer_ttl = limits.keepalive_expiry or 0.0
         self._pool = httpcore.AsyncConnectionPool(
             ssl_context=ssl_context,
             max_connections=limits.max_connections,
@@ -91,9 +95,22 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
             network_backend=PinnedBackend(connector or httpcore.AnyIOBackend()),
         )
 
+    async def _addresses(self, target: Target) -> tuple[str, ...]:
+        """Vetted answers are reused within the keep-alive window, as a pooled connection to them would be."""
+        key = (target.host.name, target.port)
+        now = time.monotonic()
+        cached = self._answers.get(key)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        addresses = await self.guard.resolve(target)
+        if len(self._answers) >= MAX_CACHED_NAMES:
+            self._answers.clear()
+        self._answers[key] = (now + self._answer_ttl, addresses)
+        return addresses
+
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         target = self.guard.check_url(request.url)
-        addresses = await self.guard.resolve(target)
+        addresses = await self._addresses(target)
         token = _pin.set(Pin(request.url.raw_host.decode("ascii"), target.port, addresses))
         try:
             return await super().handle_async_request(request)
