@@ -9,7 +9,7 @@ from django.core.management import CommandError, call_command
 
 from tools_app.models import Agent, Channel, PolicyState, Scope, ToolPermission
 from tools_app.policy_store import policy_state
-from tools_app.policy_toml import SECTIONS, PolicyFileError, policy_export, policy_import
+from tools_app.policy_toml import SECTIONS, PolicyFileError, Section, policy_export, policy_import
 from tools_app.services import user_create
 
 POLICY = """\
@@ -200,6 +200,34 @@ def test_a_bad_file_changes_nothing_and_names_its_line(imported, case, old, new,
     assert says in raised.value.message, raised.value.message
     assert snapshot() == before
     assert not Agent.objects.filter(name__in=["newbie", "orphan"]).exists()
+
+
+def _refusing_section(value):
+    """A section another app would own: it stores nothing and refuses its second rule, naming only a path."""
+    if len(value.get("rules", [])) > 1:
+        raise PolicyFileError(f"gadget.rules.1: rule {value['rules'][1]['name']!r} is not allowed", None)
+    if value.get("broken"):
+        raise PolicyFileError("the gadget is broken", None)
+
+
+@pytest.mark.parametrize(
+    ("section", "where"),
+    [
+        ('[[gadget.rules]]\nname = "a"\n\n[[gadget.rules]]\nname = "b"\n', ("[[gadget.rules]]", 2)),
+        ("broken = true\n", "[gadget]"),
+    ],
+)
+def test_a_section_error_without_a_line_gets_its_sections_line_and_changes_nothing(
+    imported, monkeypatch, section, where
+):
+    monkeypatch.setitem(SECTIONS, "gadget", Section("gadget", _refusing_section, dict))
+    text = POLICY.replace('"note_search" = "allow"', '"note_search" = "deny"') + "\n[gadget]\n" + section
+    before = snapshot()
+    with pytest.raises(PolicyFileError) as raised:
+        policy_import(text=text)
+    line = line_of(text, *where) if isinstance(where, tuple) else line_of(text, where)
+    assert raised.value.line == line, raised.value.message
+    assert snapshot() == before
 
 
 def test_the_command_reports_the_line_and_that_nothing_changed(imported, tmp_path):

@@ -100,19 +100,28 @@ KEY = re.compile(r"""^\s*("(?:[^"\\]|\\.)*"|'[^']*'|[A-Za-z0-9_-]+)\s*=""")
 def _line_index(text: str) -> dict[tuple, int]:
     """Map (table path, array index, key) tuples to the line they start on."""
     index: dict[tuple, int] = {}
-    counters: dict[str, int] = {}
+    arrays: dict[tuple, int] = {}  # an array of tables' location -> the index of its latest element
+
+    def place(parts: tuple) -> tuple:
+        """A table path's location: every array of tables along it is followed by its current index."""
+        loc: tuple = ()
+        for part in parts:
+            loc = (*loc, part)
+            if loc in arrays:
+                loc = (*loc, arrays[loc])
+        return loc
+
     current: tuple = ()
     for number, line in enumerate(text.splitlines(), start=1):
         header = HEADER.match(line)
         if header:
             parts = tuple(p.strip().strip("\"'") for p in header.group(2).split("."))
             if header.group(1) == "[[":
-                counters[parts[0]] = counters.get(parts[0], -1) + 1
-                current = (parts[0], counters[parts[0]], *parts[1:])
-            elif parts[0] in counters:
-                current = (parts[0], counters[parts[0]], *parts[1:])
+                array = (*place(parts[:-1]), parts[-1])
+                arrays[array] = arrays.get(array, -1) + 1
+                current = (*array, arrays[array])
             else:
-                current = parts
+                current = place(parts)
             index.setdefault(current, number)
             continue
         key = KEY.match(line)
@@ -189,6 +198,20 @@ def _sync_entries(scope: str, target: dict[str, Any], wanted: dict[str, EntrySpe
             row.save(update_fields=["action", "note", "changed_at"])
 
 
+def _section_apply(section: Section, value: Any, text: str) -> None:
+    """Apply another app's section; an error it raised without a line gets the line its dotted path points at."""
+    try:
+        section.apply(value)
+    except PolicyFileError as exc:
+        if exc.line is not None:
+            raise
+        where = exc.message.split(":", 1)[0].split(".")
+        path = tuple(int(part) if part.isdigit() else part for part in where)
+        if path[0] != section.name:
+            path = (section.name,)
+        raise PolicyFileError(exc.message, _locate(_line_index(text), path)) from None
+
+
 @transaction.atomic
 def policy_import(*, text: str) -> dict[str, Any]:
     """Apply a whole policy file, or nothing of it. Returns what changed, with new agents' tokens."""
@@ -245,7 +268,7 @@ def policy_import(*, text: str) -> dict[str, Any]:
         row.delete()
     for name, section in SECTIONS.items():
         if name in parsed.sections:
-            section.apply(parsed.sections[name])
+            _section_apply(section, parsed.sections[name], text)
     return {
         "agents": len(parsed.agents),
         "channels": len(parsed.channels),
