@@ -1,5 +1,7 @@
 """The one place that wires the registry, the approval desk, the ledger recorder and the floors together."""
 
+from django.conf import settings
+
 from approvals_app.desk import ApprovalDesk
 from tools_app.builtin import builtin_tools
 from tools_app.chokepoint.registry import ToolRegistry
@@ -7,10 +9,17 @@ from tools_app.crypto import secret_box
 from tools_app.gateway import Gateway
 from tools_app.net.client import Outbound
 from tools_app.net.store import network_allow_current
+from tools_app.sandbox import WorkspaceSandbox
 
 
 def build_gateway() -> Gateway:
     registry = ToolRegistry()
     outbound = Outbound(allow_source=network_allow_current)
-    registry.register_all(builtin_tools(vault_box=secret_box(b"aleph-vault"), outbound=outbound))
-    return Gateway(registry=registry.freeze(), gate=ApprovalDesk(registry=registry))
+    sandbox = WorkspaceSandbox.start(data_dir=settings.DATA_DIR, min_level=settings.SANDBOX_MIN_LEVEL)
+    registry.register_all(builtin_tools(vault_box=secret_box(b"aleph-vault"), outbound=outbound, sandbox=sandbox))
+    return Gateway(
+        registry=registry.freeze(),
+        gate=ApprovalDesk(registry=registry),
+        floors=(sandbox.policy,),
+        health={"sandbox": sandbox.health()},
+    )

@@ -9,5 +9,6 @@ class ToolsAppConfig(AppConfig):
     def ready(self) -> None:
         from . import signals
         from .api import schema  # noqa: F401  registers the Bearer scheme with drf-spectacular
+        from .command_policy import rules_path  # noqa: F401  registers [sandbox] in aleph.toml
 
         signals.connect()

@@ -3,11 +3,13 @@
 from typing import Any
 
 from ..chokepoint.base import BaseTool
+from .exec import BashExec, CodeExec
+from .files import FileOps
 from .memory import NoteSearch, NoteWrite
 from .vault import VaultStore
 from .web import WebFetch
 
-BUILTIN_TOOLS: tuple[type[BaseTool], ...] = (NoteWrite, NoteSearch, VaultStore, WebFetch)
+BUILTIN_TOOLS: tuple[type[BaseTool], ...] = (NoteWrite, NoteSearch, VaultStore, WebFetch, BashExec, CodeExec, FileOps)
 
 
 def builtin_tools(**dependencies: Any) -> list[BaseTool]:
