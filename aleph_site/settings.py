@@ -227,3 +227,9 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": "WARNING"},
 }
 ALEPH_GATEWAY_FACTORY = "aleph_site.wiring.build_gateway"
+# The browser tools drive this Chromium (empty: they answer "browser not configured"); it stops when idle this long.
+ALEPH_BROWSER_EXECUTABLE = os.environ.get("ALEPH_BROWSER_EXECUTABLE", "/usr/bin/chromium").strip()
+_browser_idle = os.environ.get("ALEPH_BROWSER_IDLE_S", "").strip() or "300"
+if not _browser_idle.replace(".", "", 1).isdigit() or float(_browser_idle) <= 0:
+    raise ImproperlyConfigured(f"ALEPH_BROWSER_IDLE_S must be a positive number of seconds, not {_browser_idle!r}")
+ALEPH_BROWSER_IDLE_S = float(_browser_idle)

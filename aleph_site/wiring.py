@@ -3,6 +3,7 @@
 from django.conf import settings
 
 from approvals_app.desk import ApprovalDesk
+from tools_app.browser import BrowserRuntime
 from tools_app.builtin import builtin_tools
 from tools_app.chokepoint.registry import ToolRegistry
 from tools_app.crypto import secret_box
@@ -16,7 +17,12 @@ def build_gateway() -> Gateway:
     registry = ToolRegistry()
     outbound = Outbound(allow_source=network_allow_current)
     sandbox = WorkspaceSandbox.start(data_dir=settings.DATA_DIR, min_level=settings.SANDBOX_MIN_LEVEL)
-    registry.register_all(builtin_tools(vault_box=secret_box(b"aleph-vault"), outbound=outbound, sandbox=sandbox))
+    browser = BrowserRuntime.from_settings(
+        outbound=outbound, profile_box=secret_box(b"aleph-browser"), workspace_for=sandbox.workspace
+    )
+    registry.register_all(
+        builtin_tools(vault_box=secret_box(b"aleph-vault"), outbound=outbound, sandbox=sandbox, browser=browser)
+    )
     return Gateway(
         registry=registry.freeze(),
         gate=ApprovalDesk(registry=registry),

@@ -3,13 +3,23 @@
 from typing import Any
 
 from ..chokepoint.base import BaseTool
+from .browser import BROWSER_TOOLS
 from .exec import BashExec, CodeExec
 from .files import FileOps
 from .memory import NoteSearch, NoteWrite
 from .vault import VaultStore
 from .web import WebFetch
 
-BUILTIN_TOOLS: tuple[type[BaseTool], ...] = (NoteWrite, NoteSearch, VaultStore, WebFetch, BashExec, CodeExec, FileOps)
+BUILTIN_TOOLS: tuple[type[BaseTool], ...] = (
+    NoteWrite,
+    NoteSearch,
+    VaultStore,
+    WebFetch,
+    BashExec,
+    CodeExec,
+    FileOps,
+    *BROWSER_TOOLS,
+)
 
 
 def builtin_tools(**dependencies: Any) -> list[BaseTool]:
