@@ -233,3 +233,5 @@ _browser_idle = os.environ.get("ALEPH_BROWSER_IDLE_S", "").strip() or "300"
 if not _browser_idle.replace(".", "", 1).isdigit() or float(_browser_idle) <= 0:
     raise ImproperlyConfigured(f"ALEPH_BROWSER_IDLE_S must be a positive number of seconds, not {_browser_idle!r}")
 ALEPH_BROWSER_IDLE_S = float(_browser_idle)
+# The channel an MCP client's calls run in when it names none (X-Aleph-Channel header, ?channel=, --channel).
+ALEPH_MCP_CHANNEL = os.environ.get("ALEPH_MCP_CHANNEL", "").strip()

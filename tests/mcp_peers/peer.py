@@ -1,6 +1,6 @@
 """An MCPServer over stdio or streamable HTTP, with annotated, unannotated and slow tools.
 
-`python peer.py stdio` serves stdin/stdout; `python peer.py http` binds 127.0.0.1:0 and prints its port first.
+`python peer.py stdio` serves stdin/stdout; `python peer.py http [PORT]` binds 127.0.0.1 and prints its port first.
 PEER_MODE_FILE names a file whose content picks a misbehaviour at start: "crash" exits at once, "garbage"
 writes non-MCP lines, "hang" reads and never answers. PEER_PID_FILE receives the process id.
 """
@@ -90,11 +90,12 @@ def main() -> None:
     if pid_file:
         Path(pid_file).write_text(str(os.getpid()))
     misbehave()
-    if sys.argv[1:] == ["http"]:
+    if sys.argv[1] == "http":
         import uvicorn
 
         sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", int(sys.argv[2]) if len(sys.argv) > 2 else 0))
         print(sock.getsockname()[1], flush=True)
         app = server.streamable_http_app(transport_security=None, host="0.0.0.0")
         config = uvicorn.Config(app, log_level="warning", lifespan="on")

@@ -507,14 +507,17 @@ def _lenient_tools(raw_tools: list[Any]) -> tuple[list[Tool], list[Tool]]:
     for raw in raw_tools:
         if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
             continue
+        schema = raw.get("inputSchema")
         try:
+            if not isinstance(schema, dict) or schema.get("type") != "object":
+                raise ValueError("not an object schema")
             tool = Tool.model_validate(raw)
-        except ValidationError:
+        except (ValidationError, ValueError):
             try:
                 shell = Tool.model_validate({**raw, "inputSchema": {"type": "object"}})
             except ValidationError:
                 shell = Tool(name=raw["name"], input_schema={"type": "object"})
-            listed.append(shell.model_copy(update={"input_schema": raw.get("inputSchema")}))
+            listed.append(shell.model_copy(update={"input_schema": schema}))
             continue
         listed.append(tool)
         sound.append(tool)

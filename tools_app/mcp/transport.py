@@ -12,6 +12,7 @@ import anyio
 import httpx2
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from pydantic import ValidationError
 
 from .config import ServerSpec
 
@@ -32,8 +33,11 @@ class Watch:
         self.unauthorized: str | None = None
 
     def note_garbage(self, item: Exception) -> None:
-        if len(self.garbage) < 5:
-            self.garbage.append(str(item).splitlines()[0][:300] if str(item) else type(item).__name__)
+        if len(self.garbage) >= 5:
+            return
+        errors = item.errors() if isinstance(item, ValidationError) else []
+        seen = errors[0].get("input") if errors else None
+        self.garbage.append(repr(seen)[:200] if isinstance(seen, str) else f"{type(item).__name__}: {item}"[:200])
 
 
 class WatchedReadStream:
@@ -118,6 +122,6 @@ def tail(path: Path, limit: int = 600) -> str:
             handle.seek(0, 2)
             size = handle.tell()
             handle.seek(max(0, size - limit))
-            return handle.read().decode("utf-8", "replace").strip()
+            return " ".join(handle.read().decode("utf-8", "replace").split())
     except OSError:
         return ""
