@@ -8,6 +8,7 @@ from tools_app.builtin import builtin_tools
 from tools_app.chokepoint.registry import ToolRegistry
 from tools_app.crypto import secret_box
 from tools_app.gateway import Gateway
+from tools_app.mcp.wiring import mcp_manager_attach
 from tools_app.net.client import Outbound
 from tools_app.net.store import network_allow_current
 from tools_app.sandbox import WorkspaceSandbox
@@ -23,6 +24,7 @@ def build_gateway() -> Gateway:
     registry.register_all(
         builtin_tools(vault_box=secret_box(b"aleph-vault"), outbound=outbound, sandbox=sandbox, browser=browser)
     )
+    mcp_manager_attach(registry=registry, outbound=outbound)
     return Gateway(
         registry=registry.freeze(),
         gate=ApprovalDesk(registry=registry),

@@ -169,3 +169,38 @@ class NetworkAllowAdmin(admin.ModelAdmin):
     def delete_queryset(self, request, queryset):
         super().delete_queryset(request, queryset)
         network_allow_changed()
+
+
+from .models import McpServer  # noqa: E402  the MCP block keeps its import with it
+
+
+@admin.register(McpServer)
+class McpServerAdmin(admin.ModelAdmin):
+    """MCP servers; each process's manager reconnects a changed server (status fields are the manager's)."""
+
+    list_display = ["name", "transport", "enabled", "status", "connected_since", "changed_by", "changed_at"]
+    list_filter = ["transport", "enabled", "status"]
+    search_fields = ["name", "command", "url"]
+    fields = [
+        "name",
+        "transport",
+        "command",
+        "args",
+        "env",
+        "url",
+        "headers",
+        "network_allow",
+        "enabled",
+        "call_timeout_s",
+        "status",
+        "last_error",
+        "capabilities",
+        "connected_since",
+        "changed_by",
+        "changed_at",
+    ]
+    readonly_fields = ["status", "last_error", "capabilities", "connected_since", "changed_by", "changed_at"]
+
+    def save_model(self, request, obj, form, change):
+        obj.changed_by = request.user
+        super().save_model(request, obj, form, change)
