@@ -3,6 +3,7 @@
 from django.conf import settings
 
 from approvals_app.desk import ApprovalDesk
+from ledger_app.recorder import LedgerRecorder
 from tools_app.browser import BrowserRuntime
 from tools_app.builtin import builtin_tools
 from tools_app.chokepoint.registry import ToolRegistry
@@ -28,6 +29,7 @@ def build_gateway() -> Gateway:
     return Gateway(
         registry=registry.freeze(),
         gate=ApprovalDesk(registry=registry),
+        recorder=LedgerRecorder(),
         floors=(sandbox.policy,),
         health={"sandbox": sandbox.health()},
     )

@@ -16,6 +16,7 @@ from .models import (
 )
 from .net.store import network_allow_changed
 from .services import token_hash, token_new
+from .signals import agent_created
 
 
 def scoped_form(scope: str) -> type[forms.ModelForm]:
@@ -73,6 +74,8 @@ class AgentAdmin(StampedPermissionsMixin, admin.ModelAdmin):
             obj.token_hash = token_hash(token)
             messages.warning(request, f"Agent {obj.name}'s API token, shown only this once: {token}")
         super().save_model(request, obj, form, change)
+        if not change:
+            agent_created.send(sender=Agent, agent=obj)
 
 
 @admin.register(Channel)

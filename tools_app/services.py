@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from .models import Agent, ExecTier, PersonToken, Session
+from .signals import agent_created
 
 ROLES = ("admin", "operator", "auditor")
 
@@ -53,6 +54,7 @@ def agent_create(*, name: str, exec_tier: str | None = None, parent: str | None 
     except ValidationError as exc:
         raise ApplicationError("; ".join(exc.messages), code="invalid_agent") from None
     agent.save()
+    agent_created.send(sender=Agent, agent=agent)
     return agent, token
 
 

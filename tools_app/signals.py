@@ -1,9 +1,13 @@
 """Cache invalidation: any saved or deleted piece of policy makes every process recompile on its next call."""
 
 from django.db.models.signals import post_delete, post_save
+from django.dispatch import Signal
 
 from .models import Agent, Channel, PolicyState, ToolPermission
 from .policy_store import policy_touch
+
+# Sent with `agent=` inside the transaction that creates an agent (agent_create, the admin): the ledger gives it a key.
+agent_created = Signal()
 
 
 def _touch(sender, **kwargs) -> None:
