@@ -1,4 +1,4 @@
-"""Runs every bench/bench_*.py in its own process; each prints a markdown section comparing against a same-run baseline."""
+"""Runs every bench/bench_*.py in its own process; each prints a markdown section against a same-run baseline."""
 
 import os
 import subprocess

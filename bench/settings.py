@@ -5,4 +5,4 @@ from pathlib import Path
 
 os.environ.setdefault("ALEPH_DATA_DIR", str(Path(__file__).resolve().parent.parent / "var" / "bench"))
 
-from aleph_site.settings import *  # noqa: E402,F403
+from aleph_site.settings import *  # noqa: F403

@@ -6,7 +6,6 @@ import platform
 
 import django
 from adrf.views import APIView as AsyncAPIView
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -101,20 +100,28 @@ class ToolSchemaView(APIView):
 class CallCreateView(AsyncAPIView):
     permission_classes = [IsAgent]
 
+    def initial(self, request, *args, **kwargs):
+        # adrf runs initial() (authentication) in a worker thread; validating the body and building the turn's
+        # service (which may open a session row) in that same thread saves every call a thread hop of its own.
+        super().initial(request, *args, **kwargs)
+        if request.method != "POST":
+            return
+        self.body = _validated(s.CallCreateSerializer, request.data)
+        if len(canonical_json(self.body["input"])) > settings.ALEPH_MAX_INPUT_BYTES:
+            raise ApplicationError(
+                f"input is larger than {settings.ALEPH_MAX_INPUT_BYTES} bytes", code="input_too_large", status=413
+            )
+        self.service = _agent_service(request, self.body["channel"], self.body.get("session"))
+
     @extend_schema(
         request=s.CallCreateSerializer,
         responses={200: s.CallSerializer, 202: s.CallSerializer, **ERRORS},
         summary="Run a tool call through the chokepoint",
     )
     async def post(self, request):
-        body = _validated(s.CallCreateSerializer, request.data)
-        if len(canonical_json(body["input"])) > settings.ALEPH_MAX_INPUT_BYTES:
-            raise ApplicationError(
-                f"input is larger than {settings.ALEPH_MAX_INPUT_BYTES} bytes", code="input_too_large", status=413
-            )
-        service = await sync_to_async(_agent_service)(request, body["channel"], body.get("session"))
+        body = self.body
         payload, finished = await call_submit(
-            service=service, tool=body["tool"], raw_input=body["input"], wait=body["wait"]
+            service=self.service, tool=body["tool"], raw_input=body["input"], wait=body["wait"]
         )
         return Response(payload, status=200 if finished else 202)
 
