@@ -222,12 +222,14 @@ def test_custom_block_and_warn_rules(policy):
     command_policy_store(
         path=policy.store,
         spec=CommandPolicySpec(
-            block=[RuleSpec(name="no_publish", pattern=r"\bnpm\s+publish\b", reason="Publishing is for people.")],
-            warn=[RuleSpec(name="pushes", pattern=r"^git push\b")],
+            custom_rules=[
+                RuleSpec(name="no_publish", regex=r"\bnpm\s+publish\b", action="block", reason="For people."),
+                RuleSpec(name="pushes", regex=r"^git push\b", action="warn"),
+            ]
         ),
     )
     blocked = policy.evaluate(language="bash", text="cd pkg && npm publish")
-    assert blocked.blocked.name == "no_publish" and blocked.blocked.reason == "Publishing is for people."
+    assert blocked.blocked.name == "no_publish" and blocked.blocked.reason == "For people."
     # The admin's rules also see normalised commands: quotes and wrappers do not hide `git push`.
     warned = policy.evaluate(language="bash", text="sudo 'git' push origin main")
     assert warned.blocked is None and [w.name for w in warned.warnings] == ["pushes"]
@@ -236,9 +238,94 @@ def test_custom_block_and_warn_rules(policy):
 
 def test_custom_rules_cannot_take_a_hardline_name():
     with pytest.raises(ValueError, match="hardline"):
-        RuleSpec(name="rm_critical", pattern="x")
+        RuleSpec(name="rm_critical", regex="x", action="block")
 
 
 def test_a_broken_rules_file_blocks_everything(policy):
     policy.store.write_text("{not json")
     assert policy.evaluate(language="bash", text="ls").blocked.name == "unreadable_rules"
+
+
+# -- [sandbox.command_policy] in aleph.toml -------------------------------------------------------------------------
+
+SANDBOX_TOML = """
+[sandbox.command_policy]
+[[sandbox.command_policy.custom_rules]]
+name = "no_publish"
+regex = "\\\\bnpm\\\\s+publish\\\\b"
+action = "block"
+reason = "Publishing is for people."
+
+[[sandbox.command_policy.custom_rules]]
+name = "pushes"
+regex = "^git push"
+action = "warn"
+"""
+
+API_MD_RULE = """
+[sandbox.command_policy]
+[[sandbox.command_policy.custom_rules]]
+name = "no_aws_secrets"
+regex = "AWS_SECRET_ACCESS_KEY"
+action = "block"                         # block | warn
+"""
+
+
+@pytest.fixture
+def data_dir(settings, tmp_path):
+    settings.DATA_DIR = tmp_path
+    return tmp_path
+
+
+@pytest.mark.django_db
+def test_aleph_toml_sets_the_admins_rules_and_exports_them(data_dir, django_capture_on_commit_callbacks):
+    from tools_app.command_policy import rules_path
+    from tools_app.policy_toml import policy_export, policy_import
+
+    with django_capture_on_commit_callbacks(execute=True):
+        policy_import(text=SANDBOX_TOML)
+    floor = CommandPolicy(store=rules_path())
+    assert floor.evaluate(language="bash", text="npm publish").blocked.name == "no_publish"
+    assert "sandbox" in policy_export()
+    with django_capture_on_commit_callbacks(execute=True):
+        policy_import(text=policy_export())
+    assert floor.evaluate(language="bash", text="npm publish").blocked.name == "no_publish"
+    assert [w.name for w in floor.evaluate(language="bash", text="git push").warnings] == ["pushes"]
+
+
+RULES = "[sandbox.command_policy]\n[[sandbox.command_policy.custom_rules]]\n{}\n"
+
+
+@pytest.mark.django_db
+def test_the_api_md_example_blocks(data_dir, django_capture_on_commit_callbacks):
+    from tools_app.command_policy import rules_path
+    from tools_app.policy_toml import policy_import
+
+    with django_capture_on_commit_callbacks(execute=True):
+        policy_import(text=API_MD_RULE)
+    verdict = CommandPolicy(store=rules_path()).evaluate(language="bash", text="echo $AWS_SECRET_ACCESS_KEY")
+    assert verdict.blocked.name == "no_aws_secrets"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (RULES.format('name = "rm_critical"\nregex = "x"\naction = "block"'), "hardline"),
+        (RULES.format('name = "bad"\nregex = "("\naction = "block"'), "not a regular expression"),
+        (RULES.format('name = "a"\nregex = "x"\naction = "allow"'), "action"),
+        (
+            RULES.format('name = "a"\nregex = "x"\naction = "warn"')
+            + '[[sandbox.command_policy.custom_rules]]\nname = "a"\nregex = "y"\naction = "block"\n',
+            "twice",
+        ),
+        ('[sandbox.command_policy]\ndisable = ["rm_critical"]', "disable"),
+    ],
+)
+def test_a_bad_sandbox_section_changes_nothing(data_dir, django_capture_on_commit_callbacks, text, says):
+    from tools_app.command_policy import rules_path
+    from tools_app.policy_toml import PolicyFileError, policy_import
+
+    with pytest.raises(PolicyFileError, match=says), django_capture_on_commit_callbacks(execute=True):
+        policy_import(text=text)
+    assert not rules_path().exists()

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import tree_sitter_bash
 from django.conf import settings
@@ -775,10 +775,13 @@ RULE_NAME = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 
 
 class RuleSpec(BaseModel):
+    """One [[sandbox.command_policy.custom_rules]] table."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = Field(pattern=RULE_NAME)
-    pattern: str = Field(min_length=1, max_length=1000)
+    regex: str = Field(min_length=1, max_length=1000)
+    action: Literal["block", "warn"]
     reason: str = Field(default="", max_length=500)
 
     @field_validator("name")
@@ -788,7 +791,7 @@ class RuleSpec(BaseModel):
             raise ValueError(f"{value!r} is a hardline rule's name; hardline rules cannot be replaced or switched off")
         return value
 
-    @field_validator("pattern")
+    @field_validator("regex")
     @classmethod
     def _compiles(cls, value: str) -> str:
         try:
@@ -801,8 +804,16 @@ class RuleSpec(BaseModel):
 class CommandPolicySpec(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    block: list[RuleSpec] = Field(default_factory=list)
-    warn: list[RuleSpec] = Field(default_factory=list)
+    custom_rules: list[RuleSpec] = Field(default_factory=list)
+
+    @field_validator("custom_rules")
+    @classmethod
+    def _unique(cls, rules: list[RuleSpec]) -> list[RuleSpec]:
+        names = [rule.name for rule in rules]
+        duplicate = next((name for name in names if names.count(name) > 1), None)
+        if duplicate is not None:
+            raise ValueError(f"rule {duplicate!r} appears twice")
+        return rules
 
 
 class SandboxSpec(BaseModel):
@@ -837,7 +848,7 @@ class CommandPolicy:
             with self._lock:
                 try:
                     spec = CommandPolicySpec.model_validate(json.loads(self.store.read_text()))
-                    self._rules = (_compile(spec.block), _compile(spec.warn))
+                    self._rules = (_compile(spec, "block"), _compile(spec, "warn"))
                 except (OSError, ValueError) as exc:
                     broken = CustomRule(
                         "unreadable_rules", re.compile(""), f"The stored command policy is broken: {exc}"
@@ -884,8 +895,8 @@ class CommandPolicy:
         )
 
 
-def _compile(specs: list[RuleSpec]) -> tuple[CustomRule, ...]:
-    return tuple(CustomRule(s.name, re.compile(s.pattern), s.reason) for s in specs)
+def _compile(spec: CommandPolicySpec, action: str) -> tuple[CustomRule, ...]:
+    return tuple(CustomRule(r.name, re.compile(r.regex), r.reason) for r in spec.custom_rules if r.action == action)
 
 
 def command_policy_store(*, spec: CommandPolicySpec, path: Path | None = None) -> None:
@@ -905,10 +916,6 @@ def sandbox_section_apply(value: Any) -> None:
         error = exc.errors(include_url=False)[0]
         where = ".".join(str(p) for p in ("sandbox", *error["loc"]))
         raise PolicyFileError(f"{where}: {error['msg']}", None) from None
-    names = [rule.name for rule in (*spec.command_policy.block, *spec.command_policy.warn)]
-    duplicate = next((n for n in names if names.count(n) > 1), None)
-    if duplicate is not None:
-        raise PolicyFileError(f"sandbox.command_policy: rule {duplicate!r} appears twice", None)
     transaction.on_commit(lambda: command_policy_store(spec=spec.command_policy))
 
 
@@ -917,9 +924,8 @@ def sandbox_section_export() -> dict[str, Any]:
         stored = CommandPolicySpec.model_validate(json.loads(rules_path().read_text()))
     except (OSError, ValueError):
         return {}
-    rules = stored.model_dump()
-    rules = {kind: [{k: v for k, v in r.items() if v} for r in items] for kind, items in rules.items() if items}
-    return {"command_policy": rules} if rules else {}
+    rules = [{key: value for key, value in rule.model_dump().items() if value} for rule in stored.custom_rules]
+    return {"command_policy": {"custom_rules": rules}} if rules else {}
 
 
 section_register(Section("sandbox", sandbox_section_apply, sandbox_section_export))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import resource
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +17,8 @@ SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "
 # The rlimits layer's commands share the system /tmp (sticky, per-uid files); bubblewrap mounts a private tmpfs there.
 TMP = "/tmp"  # noqa: S108
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+SETPRIV = shutil.which("setpriv", path="/usr/bin:/bin")
+PRLIMIT = shutil.which("prlimit", path="/usr/bin:/bin")
 
 
 @dataclass
@@ -26,9 +27,8 @@ class Launch:
 
     argv: list[str]
     env: dict[str, str]
-    uid: int | None
-    gid: int | None
-    preexec: Callable[[], None]
+    cwd: Path | None = None
+    preexec: Callable[[], None] | None = None
     pass_fds: tuple[int, ...] = ()
     close: Callable[[], None] = field(default=lambda: None)
 
@@ -44,31 +44,31 @@ def scrubbed_env(*, home: Path, tmpdir: str) -> dict[str, str]:
     }
 
 
-def _rlimits(limits: Limits) -> list[tuple[int, tuple[int, int]]]:
+def drop_privileges(uid: int | None) -> list[str]:
+    """setpriv to the agent's uid (when the server may switch), no new privileges: an argv prefix, not a fork.
+
+    Changing uid or running a preexec_fn makes Python fork() the whole server; exec'ing setpriv and prlimit keeps
+    the cheap vfork() path.
+    """
+    if SETPRIV is None or PRLIMIT is None:
+        raise kernel.KernelFeatureMissing("setpriv and prlimit (util-linux) are needed to drop to an unprivileged uid")
+    args = [SETPRIV]
+    if uid is not None:
+        args += [f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+    return [*args, "--nnp", "--"]
+
+
+def rlimits(limits: Limits) -> list[str]:
     return [
-        (resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s)),
-        (resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes)),
-        (resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes)),
-        (resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files)),
-        (resource.RLIMIT_NPROC, (limits.processes, limits.processes)),
-        (resource.RLIMIT_CORE, (0, 0)),
+        PRLIMIT or "prlimit",
+        f"--cpu={limits.cpu_s}",
+        f"--as={limits.memory_bytes}",
+        f"--fsize={limits.file_bytes}",
+        f"--nofile={limits.open_files}",
+        f"--nproc={limits.processes}",
+        "--core=0",
+        "--",
     ]
-
-
-def _child_setup(*, limits: Limits, chdir: str | None, extra: Callable[[], None] | None) -> Callable[[], None]:
-    """Runs in the child after Popen dropped to the agent's uid: only syscalls on values prepared beforehand."""
-    rlimits = _rlimits(limits)
-
-    def setup() -> None:
-        if chdir is not None:
-            os.chdir(chdir)
-        for which, value in rlimits:
-            resource.setrlimit(which, value)
-        kernel.no_new_privs()
-        if extra is not None:
-            extra()
-
-    return setup
 
 
 class Layer:
@@ -88,13 +88,14 @@ class RlimitsLayer(Layer):
 
     level = "rlimits"
 
+    def __init__(self) -> None:
+        drop_privileges(None)
+
     def launch(self, *, workspace, cwd, argv, limits, hidden):
         return Launch(
-            argv=argv,
+            argv=[*drop_privileges(workspace.uid), *rlimits(limits), *argv],
             env=scrubbed_env(home=workspace.path, tmpdir=TMP),
-            uid=workspace.uid,
-            gid=workspace.gid,
-            preexec=_child_setup(limits=limits, chdir=str(cwd), extra=None),
+            cwd=cwd,
         )
 
 
@@ -106,26 +107,27 @@ class LandlockLayer(Layer):
     denies_network = True
 
     def __init__(self) -> None:
+        drop_privileges(None)
         self.abi = kernel.landlock_abi()
         self.seccomp = kernel.SeccompFilter(kernel.network_deny_program())
 
     def launch(self, *, workspace, cwd, argv, limits, hidden):
-        tmp = workspace.path / ".tmp"
         ruleset = kernel.landlock_ruleset(
             abi=self.abi, read=SYSTEM_READ, read_write=(str(workspace.path),), devices=DEVICES
         )
         seccomp = self.seccomp
 
         def confine() -> None:
+            # In the forked child, before setpriv: only syscalls on values prepared in the parent.
+            kernel.no_new_privs()
             kernel.landlock_restrict_self(ruleset)
             seccomp.install()
 
         return Launch(
-            argv=argv,
-            env=scrubbed_env(home=workspace.path, tmpdir=str(tmp)),
-            uid=workspace.uid,
-            gid=workspace.gid,
-            preexec=_child_setup(limits=limits, chdir=str(cwd), extra=confine),
+            argv=[*drop_privileges(workspace.uid), *rlimits(limits), *argv],
+            env=scrubbed_env(home=workspace.path, tmpdir=str(workspace.path / ".tmp")),
+            cwd=cwd,
+            preexec=confine,
             close=lambda: os.close(ruleset),
         )
 
@@ -139,6 +141,7 @@ class BubblewrapLayer(Layer):
     denies_network = True
 
     def __init__(self) -> None:
+        drop_privileges(None)
         found = shutil.which("bwrap")
         if found is None:
             raise kernel.KernelFeatureMissing("bwrap is not installed (Debian package bubblewrap)")
@@ -167,11 +170,8 @@ class BubblewrapLayer(Layer):
             pass_fds = (program,)
             close = lambda: os.close(program)  # noqa: E731
         return Launch(
-            argv=[*args, "--", *argv],
+            argv=[*drop_privileges(workspace.uid), *rlimits(limits), *args, "--", *argv],
             env=scrubbed_env(home=workspace.path, tmpdir=TMP),
-            uid=workspace.uid,
-            gid=workspace.gid,
-            preexec=_child_setup(limits=limits, chdir=None, extra=None),
             pass_fds=pass_fds,
             close=close,
         )

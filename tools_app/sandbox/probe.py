@@ -14,7 +14,7 @@ from typing import Any
 from .base import LEVELS, STRONGEST, Limits, SandboxRefused, level_rank
 from .engine import UID_BASE, Engine, workspace_prepare
 from .kernel import KernelFeatureMissing
-from .layers import LAYERS
+from .layers import LAYERS, drop_privileges
 from .runner import KILL, kill_as, uid_processes
 
 PROBE_TIMEOUT_S = 10.0
@@ -93,10 +93,14 @@ def _uid_check() -> tuple[int | None, str]:
         )
     try:
         subprocess.run(
-            ["true"], user=UID_BASE, group=UID_BASE, extra_groups=[], check=True, timeout=PROBE_TIMEOUT_S, env={}
+            [*drop_privileges(UID_BASE), "true"], check=True, timeout=PROBE_TIMEOUT_S, env={}, capture_output=True
         )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return None, f"Switching to the unprivileged uid {UID_BASE} failed ({exc}), so commands run as root."
+    except (OSError, subprocess.SubprocessError, KernelFeatureMissing) as exc:
+        detail = getattr(exc, "stderr", b"") or b""
+        return None, (
+            f"Switching to the unprivileged uid {UID_BASE} failed ({exc} {detail.decode(errors='replace').strip()}), "
+            "so commands run as root."
+        )
     return UID_BASE, ""
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .base import SandboxRefused
-from .layers import Launch
+from .layers import Launch, drop_privileges
 
 READ_CHUNK = 65536
 KILL = shutil.which("kill", path="/usr/bin:/bin") or "/bin/kill"
@@ -49,10 +49,7 @@ class _Stream:
 def kill_as(uid: int, kill_binary: str) -> None:
     """SIGKILL every process of `uid` at once: kill(-1) from that uid reaches setsid'ed descendants too."""
     subprocess.run(
-        [kill_binary, "-KILL", "--", "-1"],
-        user=uid,
-        group=uid,
-        extra_groups=[],
+        [*drop_privileges(uid), kill_binary, "-KILL", "--", "-1"],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -65,18 +62,19 @@ def kill_as(uid: int, kill_binary: str) -> None:
 def run_launch(launch: Launch, *, timeout_s: float, output_bytes: int, sweep: Callable[[], None]) -> Captured:
     """Run to exit or timeout; `sweep` kills whatever of the command is still alive (its uid, or its group)."""
     started = time.monotonic()
-    ids = {}
-    if launch.uid is not None:
-        ids = {"user": launch.uid, "group": launch.gid, "extra_groups": []}
-    # Popen reports only "Exception occurred in preexec_fn"; the child writes the real reason here first.
-    report_read, report_write = os.pipe()
+    preexec = None
+    report_read = report_write = -1
+    if launch.preexec is not None:
+        # Popen reports only "Exception occurred in preexec_fn"; the child writes the real reason here first.
+        report_read, report_write = os.pipe()
+        setup = launch.preexec
 
-    def preexec() -> None:
-        try:
-            launch.preexec()
-        except BaseException as exc:
-            os.write(report_write, f"{type(exc).__name__}: {exc}".encode()[:2000])
-            raise
+        def preexec() -> None:
+            try:
+                setup()
+            except BaseException as exc:
+                os.write(report_write, f"{type(exc).__name__}: {exc}".encode()[:2000])
+                raise
 
     try:
         process = subprocess.Popen(
@@ -85,21 +83,23 @@ def run_launch(launch: Launch, *, timeout_s: float, output_bytes: int, sweep: Ca
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=launch.env,
+            cwd=launch.cwd,
             start_new_session=True,
             preexec_fn=preexec,
             pass_fds=launch.pass_fds,
             umask=0o022,
-            **ids,
         )
     except (OSError, subprocess.SubprocessError) as exc:
-        os.close(report_write)
-        report_write = -1
-        reason = os.read(report_read, 4096).decode(errors="replace") or f"{type(exc).__name__}: {exc}"
-        raise SandboxRefused("sandbox_failed", f"The sandbox could not start the command: {reason}") from None
-    finally:
+        reason = f"{type(exc).__name__}: {exc}"
         if report_write >= 0:
             os.close(report_write)
-        os.close(report_read)
+            report_write = -1
+            reason = os.read(report_read, 4096).decode(errors="replace") or reason
+        raise SandboxRefused("sandbox_failed", f"The sandbox could not start the command: {reason}") from None
+    finally:
+        for fd in (report_write, report_read):
+            if fd >= 0:
+                os.close(fd)
         launch.close()
     out = _Stream(process.stdout.fileno(), output_bytes)
     err = _Stream(process.stderr.fileno(), output_bytes)
