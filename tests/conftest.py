@@ -74,11 +74,17 @@ def as_scout(cast):
 
 def _child_database():
     """In the forked daphne: the settings already name the test database; open connections of its own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from asgiref.sync import SyncToAsync
     from django.conf import settings
     from django.db import connections
 
     connections.close_all()
     settings.ALLOWED_HOSTS = ["*"]
+    # A fork copies asgiref's one-thread executor but not its thread: once the parent has used it (any async test
+    # touching the ORM), every thread-sensitive sync_to_async in the child would wait forever.
+    SyncToAsync.single_thread_executor = ThreadPoolExecutor(max_workers=1)
 
 
 @pytest.fixture
