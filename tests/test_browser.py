@@ -76,7 +76,9 @@ def test_twenty_five_tools_with_honest_facts():
 
 
 async def test_without_the_runtime_every_tool_answers_not_configured():
-    ctx = ToolContext(call_id="c", agent_id=1, agent_name="builder", channel_name="ops", session_key=None, attended=True)
+    ctx = ToolContext(
+        call_id="c", agent_id=1, agent_name="builder", channel_name="ops", session_key=None, attended=True
+    )
     for cls in BROWSER_TOOLS:
         tool = cls(browser=None)
         arguments = {"browser_open": {"url": "http://127.0.0.1/"}}.get(cls.name, {})
@@ -340,7 +342,9 @@ async def test_evaluate_cookies_emulate_and_resize(drive, server):
     assert [c["name"] for c in (await drive.ok("browser_cookies"))["cookies"]] == ["size"]
 
     await drive.ok("browser_emulate", color_scheme="dark", timezone_id="Asia/Tokyo", locale="de-DE")
-    probe = "() => [matchMedia('(prefers-color-scheme: dark)').matches, Intl.DateTimeFormat().resolvedOptions().timeZone]"
+    probe = (
+        "() => [matchMedia('(prefers-color-scheme: dark)').matches, Intl.DateTimeFormat().resolvedOptions().timeZone]"
+    )
     assert (await drive.ok("browser_evaluate", expression=probe))["result"] == [True, "Asia/Tokyo"]
     await drive.ok("browser_tabs", action="new", url=server.url("/form.html"))
     assert (await drive.ok("browser_evaluate", expression=probe))["result"] == [True, "Asia/Tokyo"]
