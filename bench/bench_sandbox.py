@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import shutil
 import subprocess
 import sys
@@ -48,18 +49,30 @@ def full_exec(sandbox: WorkspaceSandbox):
     return once
 
 
-def measure_starts(variants: dict) -> dict[str, list[float]]:
-    """Every variant in every round, interleaved, so machine noise falls on all of them alike."""
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure_starts(variants: dict) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Every variant in every round, interleaved, so machine noise falls on all of them alike.
+
+    Wall time per start, and the CPU the started processes (setpriv, prlimit, bwrap, ...) used per start, which
+    other load on the machine barely moves.
+    """
     samples: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, float] = dict.fromkeys(variants, 0.0)
     for function in variants.values():
         function()
     for _ in range(ROUNDS):
         for name, function in variants.items():
+            cpu_before = children_cpu()
             for _ in range(RUNS_PER_ROUND):
                 started = time.perf_counter()
                 function()
                 samples[name].append(time.perf_counter() - started)
-    return samples
+            cpu[name] += children_cpu() - cpu_before
+    return samples, {name: total / (ROUNDS * RUNS_PER_ROUND) for name, total in cpu.items()}
 
 
 def corpus() -> list[str]:
@@ -92,7 +105,7 @@ def main() -> int:
     variants.update({level: through(sandbox) for level, sandbox in sandboxes.items()})
     if sandboxes:
         variants[f"bash_exec path at {report.level}"] = full_exec(sandboxes[report.level])
-    samples = measure_starts(variants)
+    samples, cpu = measure_starts(variants)
     base = median(samples["plain subprocess"])
 
     print("## Sandbox start overhead and floor check time\n")
@@ -111,11 +124,13 @@ def main() -> int:
             [
                 name,
                 millis(median(values)),
+                millis(min(values)),
                 millis(percentile(values, 0.9)),
                 "—" if name == "plain subprocess" else f"{overhead * 1e3:+.1f} ms",
+                millis(cpu[name]),
             ]
         )
-    print(table(["variant", "median", "p90", "over plain (median)"], rows))
+    print(table(["variant", "median", "min", "p90", "over plain (median)", "child CPU per start"], rows))
 
     commands = corpus()
     per_command, per_pass = measure_floor(commands)
