@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 ALEPH_BIND ?= 127.0.0.1:8000
 export ALEPH_BIND
 
-.PHONY: serve test bench lint system venv
+.PHONY: serve test bench lint system venv node
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,6 +14,13 @@ $(VENV)/.installed: requirements.txt
 	touch $@
 
 venv: $(VENV)/.installed
+
+# MCP reference peers (server-everything, the Inspector CLI), pinned in package-lock.json; tests run node_modules/.bin.
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+node: node_modules/.installed
 
 # Debian packages the gateway runs: bubblewrap (sandbox) and chromium (browser tools and browser tests).
 system:
@@ -29,16 +36,16 @@ system:
 	  fi; \
 	fi
 
-serve: venv system
+serve: venv system node
 	$(PY) manage.py migrate --noinput -v0
 	$(PY) manage.py seed_demo
 	@echo "Aleph is serving on http://$(ALEPH_BIND)/  (API: http://$(ALEPH_BIND)/api/v1/, docs: http://$(ALEPH_BIND)/api/v1/schema/docs/)"
 	$(VENV)/bin/daphne -b $$(echo $(ALEPH_BIND) | sed 's/:[0-9]*$$//; s/^\[//; s/\]$$//') -p $${ALEPH_BIND##*:} aleph_site.asgi:application
 
-test: venv system
+test: venv system node
 	$(PY) -m pytest
 
-bench: venv system
+bench: venv system node
 	$(PY) bench/run.py
 
 lint: venv
