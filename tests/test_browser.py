@@ -305,17 +305,20 @@ async def test_console_and_network_logs_show_what_the_page_did(drive, server):
 
 
 async def test_redirects_land_on_the_final_url_with_their_cookies(drive, server):
-    opened = await drive.ok("browser_open", url=server.url("/redirect?to=/cookies&cookie=flavour=oat"))
-    assert opened["url"] == server.url("/cookies") and opened["title"] == "Cookies"
-    assert "flavour = oat" in await snap(drive)
+    opened = await drive.ok("browser_open", url=server.url("/redirect?to=/form.html&cookie=flavour=oat"))
+    assert opened["url"] == server.url("/form.html") and opened["title"] == "Sign up"
     network = (await drive.ok("browser_network"))["requests"]
     assert [r["outcome"] for r in network[:2]] == ["redirected", "ok"]
-    assert network[0]["redirected_to"] == server.url("/cookies")
-    await drive.ok("browser_navigate", url=server.url("/form.html"))
+    assert network[0]["redirected_to"] == server.url("/form.html")
+    name = ref_of(await snap(drive), "textbox", "Full name")
+    await drive.ok("browser_type", ref_id=name, text="after a redirect", submit=True)
+    assert "full_name = after a redirect" in await snap(drive)
+    await drive.ok("browser_navigate", url=server.url("/cookies"))
+    assert "flavour = oat" in await snap(drive)
     back = await drive.ok("browser_navigate", action="back")
-    assert back["url"] == server.url("/cookies")
+    assert back["url"] == server.url("/submit")
     forward = await drive.ok("browser_navigate", action="forward")
-    assert forward["url"] == server.url("/form.html")
+    assert forward["url"] == server.url("/cookies")
 
 
 async def test_wait_for_text_and_its_timeout(drive, server):

@@ -61,7 +61,7 @@ class BrowserRuntime:
         data_dir: Path,
         executable: str = CHROMIUM,
         idle_s: float = 300.0,
-        call_timeout_s: float = 90.0,
+        call_timeout_s: float = 120.0,
         profile_box: SecretBox | None = None,
         workspace_for: WorkspaceFor | None = None,
         max_sessions: int = 32,

@@ -115,9 +115,15 @@ class PageServer:
                     kind += "; charset=utf-8"
                 self._send(200, path.read_bytes(), kind)
 
-            do_GET = _serve
-            do_POST = _serve
-            do_HEAD = _serve
+            def _answer(self):
+                try:
+                    self._serve()
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True
+
+            do_GET = _answer
+            do_POST = _answer
+            do_HEAD = _answer
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
