@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..models import McpServer
 from ..policy_toml import NAME, PolicyFileError, Section, section_register
 from .config import config_problems
 
+CHECKED = ("transport", "command", "args", "env", "url", "headers", "network_allow")
 FIELDS = ("transport", "command", "args", "env", "url", "headers", "network_allow", "enabled", "call_timeout_s")
 
 
@@ -27,22 +28,6 @@ class McpServerSpec(BaseModel):
     enabled: bool = True
     call_timeout_s: int = Field(default=60, ge=1, le=3600)
 
-    @model_validator(mode="after")
-    def _connectable(self) -> McpServerSpec:
-        problems = config_problems(
-            transport=self.transport,
-            command=self.command,
-            args=self.args,
-            env=self.env,
-            url=self.url,
-            headers=self.headers,
-            network_allow=self.network_allow,
-        )
-        if problems:
-            field, message = next(iter(problems.items()))
-            raise ValueError(f"{field}: {message}")
-        return self
-
 
 def mcp_section_apply(value: Any) -> None:
     if not isinstance(value, list):
@@ -50,11 +35,16 @@ def mcp_section_apply(value: Any) -> None:
     specs: list[McpServerSpec] = []
     for i, item in enumerate(value):
         try:
-            specs.append(McpServerSpec.model_validate(item))
+            spec = McpServerSpec.model_validate(item)
         except ValidationError as exc:
             error = exc.errors(include_url=False)[0]
             where = ".".join(str(p) for p in ("mcp_servers", i, *error["loc"]))
             raise PolicyFileError(f"{where}: {error['msg']}", None) from None
+        problems = config_problems(**spec.model_dump(include=set(CHECKED)))
+        if problems:
+            field, message = next(iter(problems.items()))
+            raise PolicyFileError(f"mcp_servers.{i}.{field}: {message}", None)
+        specs.append(spec)
     names = [spec.name for spec in specs]
     for name in names:
         if names.count(name) > 1:
