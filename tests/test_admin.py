@@ -193,8 +193,8 @@ def test_a_change_in_the_admin_reaches_a_running_server_process(daphne_server):
     headers = {"Authorization": f"Bearer {cast.admin.token}"}
     body = {"agent": "builder", "channel": "ops", "tool": "note_write", "input": {"text": "x"}}
     url = f"{daphne_server.url}{EXPLAIN}"
-    warm = httpx.post(url, json=body, headers=headers, timeout=10)
+    warm = httpx.post(url, json=body, headers=headers, timeout=30)
     assert warm.json()["decision"]["rule"] == "tier:ask"
     add_channel_rule(admin_client(cast), cast.ops, "note_write", "deny")
-    after = httpx.post(url, json=body, headers=headers, timeout=10)
+    after = httpx.post(url, json=body, headers=headers, timeout=30)
     assert after.json()["decision"]["rule"] == "channel:ops:note_write"

@@ -153,7 +153,7 @@ def live_dashboard(daphne_server):
     for channel in ("ops", "lab", "nightly"):
         for tool, args in (("note_search", {"query": "deploy"}), ("note_write", {"text": "a long note " * 20})):
             body = {"tool": tool, "input": args, "channel": channel, "wait": 0}
-            response = httpx.post(f"{daphne_server.url}/api/v1/calls/", json=body, headers=headers, timeout=10)
+            response = httpx.post(f"{daphne_server.url}/api/v1/calls/", json=body, headers=headers, timeout=30)
             assert response.status_code in (200, 202), response.text
     return cast
 
