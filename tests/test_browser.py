@@ -75,18 +75,32 @@ def test_twenty_five_tools_with_honest_facts():
         assert message in refused.value.errors[-1]["msg"], arguments
 
 
+MINIMAL_ARGUMENTS = {
+    "browser_open": {"url": "http://127.0.0.1/"},
+    "browser_navigate": {"url": "http://127.0.0.1/"},
+    "browser_click": {"ref_id": "e1"},
+    "browser_type": {"ref_id": "e1", "text": "x"},
+    "browser_fill_form": {"fields": [{"ref_id": "e1", "value": "x"}]},
+    "browser_select": {"ref_id": "e1", "values": ["x"]},
+    "browser_press_key": {"key": "Enter"},
+    "browser_hover": {"x": 1, "y": 1},
+    "browser_drag": {"from_ref_id": "e1", "to_x": 5, "to_y": 5},
+    "browser_upload": {"ref_id": "e1", "paths": ["a.txt"]},
+    "browser_wait_for": {"time_s": 1},
+    "browser_evaluate": {"expression": "1"},
+    "browser_dialog": {"action": "accept"},
+    "browser_emulate": {"offline": True},
+    "browser_resize": {"width": 800, "height": 600},
+}
+
+
 async def test_without_the_runtime_every_tool_answers_not_configured():
     ctx = ToolContext(
         call_id="c", agent_id=1, agent_name="builder", channel_name="ops", session_key=None, attended=True
     )
     for cls in BROWSER_TOOLS:
         tool = cls(browser=None)
-        arguments = {"browser_open": {"url": "http://127.0.0.1/"}}.get(cls.name, {})
-        try:
-            parsed = tool.parse(arguments)
-        except Exception:
-            continue
-        result = await tool.run(parsed, ctx)
+        result = await tool.run(tool.parse(MINIMAL_ARGUMENTS.get(cls.name, {})), ctx)
         assert (result.error.code, result.error.message) == ("not_configured", "browser not configured"), cls.name
 
 
@@ -319,6 +333,21 @@ async def test_redirects_land_on_the_final_url_with_their_cookies(drive, server)
     assert back["url"] == server.url("/submit")
     forward = await drive.ok("browser_navigate", action="forward")
     assert forward["url"] == server.url("/cookies")
+
+
+async def test_a_posted_form_redirected_like_a_sign_in_lands_signed_in(drive, server):
+    await drive.ok("browser_open", url=server.url("/login.html"))
+    page = await snap(drive)
+    await drive.ok("browser_type", ref_id=ref_of(page, "textbox", "User"), text="ada")
+    signed_in = await drive.ok("browser_click", ref_id=ref_of(page, "button", "Sign in"))
+    assert (signed_in["url"], signed_in["title"]) == (server.url("/cookies"), "Cookies")
+    assert "session = s1" in await snap(drive)
+    await drive.ok("browser_navigate", action="back")
+    page = await snap(drive)
+    await drive.ok("browser_type", ref_id=ref_of(page, "textbox", "Note"), text="kept")
+    kept = await drive.ok("browser_click", ref_id=ref_of(page, "button", "Keep the body"))
+    assert kept["title"] == "Submitted by POST"
+    assert "note = kept" in await snap(drive)
 
 
 async def test_wait_for_text_and_its_timeout(drive, server):

@@ -32,14 +32,10 @@ def data_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("data")
 
 
-def runtime_for(server, data_dir) -> BrowserRuntime:
-    allowed = AllowList.parse([f"127.0.0.1:{server.port}"])
-    return BrowserRuntime(outbound=Outbound(allow_source=lambda: allowed), data_dir=data_dir, profile_box=BOX)
-
-
 @pytest.fixture(scope="module")
 def runtime(server, data_dir):
-    browser = runtime_for(server, data_dir)
+    allowed = AllowList.parse([f"127.0.0.1:{server.port}"])
+    browser = BrowserRuntime(outbound=Outbound(allow_source=lambda: allowed), data_dir=data_dir, profile_box=BOX)
     yield browser
     browser.close()
 
@@ -103,16 +99,13 @@ async def test_a_persistent_profile_keeps_a_cookie_across_browser_restarts(runti
     assert [p.name for p in stored] == ["work.profile"]
     assert b"ticket-42" not in stored[0].read_bytes()
 
-    # A restarted server (a new runtime on the same data) finds the profile again when the agent asks for it.
-    restarted = runtime_for(server, data_dir)
-    try:
-        again = ToolDriver(restarted, agent_id=1, agent_name="builder")
-        assert (await again.ok("browser_cookies"))["cookies"] == []
-        assert (await again.ok("browser_profile", action="use", name="work"))["cookies"] == 1
-        await again.ok("browser_open", url=server.url("/cookies"))
-        assert "sso = ticket-42" in await page_text(again)
-    finally:
-        await asyncio.to_thread(restarted.close)
+    # Another session of the agent (as after a server restart, which forgets which session used what) starts
+    # without the cookie and gets it back from the saved profile when it asks for it.
+    later = ToolDriver(runtime, agent_id=1, agent_name="builder", session_key="next-day")
+    assert (await later.ok("browser_cookies"))["cookies"] == []
+    assert (await later.ok("browser_profile", action="use", name="work"))["cookies"] == 1
+    await later.ok("browser_open", url=server.url("/cookies"))
+    assert "sso = ticket-42" in await page_text(later)
 
     scout = ToolDriver(runtime, agent_id=2, agent_name="scout")
     assert (await scout.ok("browser_profile"))["profiles"] == []

@@ -101,12 +101,6 @@ class NetworkLog:
         if outcome == "blocked":
             self.blocked_total += 1
 
-    def blocked_for(self, url: str) -> NetworkEntry | None:
-        for entry in reversed(self.entries):
-            if entry.url == url and entry.outcome == "blocked":
-                return entry
-        return None
-
 
 class _TooLarge(Exception):
     pass
@@ -226,15 +220,31 @@ class Interceptor:
         # The static checks name the rule before any resolution; the transport vets and pins every hop again.
         guard.check(request.url)
         headers = _request_headers(await request.all_headers())
-        method = request.method
-        # A document fetched with GET follows redirects in the page itself (an interstitial), so its URL, origin
-        # and cookies stay right; anything else follows them here, each hop vetted by the transport.
-        follow = not (request.resource_type == "document" and method in ("GET", "HEAD"))
-        outgoing = client.build_request(method, request.url, headers=headers, content=request.post_data_buffer)
-        response = await client.send(outgoing, stream=True, follow_redirects=follow)
+        method, content = request.method, request.post_data_buffer
+        asked = httpx.URL(request.url)
+        document = request.resource_type == "document"
+        # A document follows redirects in the page itself (an interstitial page that replaces itself), so its URL,
+        # origin and cookies stay right; anything else follows them here, each hop vetted by the transport.
+        response = await client.send(
+            client.build_request(method, asked, headers=headers, content=content),
+            stream=True,
+            follow_redirects=not document,
+        )
+        location = response.headers.get("location")
+        if document and location and response.status_code in (307, 308) and method not in ("GET", "HEAD"):
+            # Only these redirects keep the method and body, which a page cannot replay: follow them here.
+            await response.aclose()
+            target = response.url.join(location)
+            if not _same_origin(target, asked):
+                headers = {k: v for k, v in headers.items() if k.lower() not in ("cookie", "authorization")}
+            response = await client.send(
+                client.build_request(method, target, headers=headers, content=content),
+                stream=True,
+                follow_redirects=True,
+            )
+            location = None
         try:
-            location = response.headers.get("location")
-            if not follow and response.status_code in REDIRECT_STATUSES and location:
+            if document and location and response.status_code in REDIRECT_STATUSES:
                 target = str(response.url.join(location))
                 guard.check(target)
                 self.log.finish(entry, "redirected", status=response.status_code, redirected_to=target)
@@ -250,7 +260,7 @@ class Interceptor:
         finally:
             await response.aclose()
         # Cookies set by another origin than the one asked (after a redirect) would land on the wrong site.
-        keep_cookies = _same_origin(response.url, outgoing.url)
+        keep_cookies = _same_origin(response.url, asked)
         self.log.finish(entry, "ok", status=response.status_code, bytes=len(body))
         await route.fulfill(
             status=response.status_code, headers=_response_headers(response, keep_cookies=keep_cookies), body=body

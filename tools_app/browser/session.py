@@ -44,7 +44,6 @@ class Tab:
     id: str
     page: Page
     refs: frozenset[str] = frozenset()
-    snapshot_url: str | None = None
     dialog: Dialog | None = None
     dialog_opened: asyncio.Event = field(default_factory=asyncio.Event)
     blocked_action: asyncio.Future | None = None
@@ -109,7 +108,6 @@ class BrowserSession:
         self.media: dict[str, Any] = {}
         self.overrides: dict[str, Any] = {}
         self.notice: str | None = None
-        self.created_at = time.time()
         self.closed = False
         self._tab_seq = 0
         self._by_page: dict[Page, Tab] = {}
@@ -147,11 +145,14 @@ class BrowserSession:
 
     # -- tabs -----------------------------------------------------------------------------
 
-    def adopt(self, page: Page) -> Tab:
-        """Every page of the context becomes a tab: ones we open, and popups the page opens itself."""
+    def adopt(self, page: Page) -> Tab | None:
+        """Every page of the context becomes a tab: ones we open, and popups the page opens itself (within limits)."""
         tab = self._by_page.get(page)
         if tab is not None:
             return tab
+        if len(self.tabs) >= MAX_TABS:
+            self._spawn(page.close())
+            return None
         self._tab_seq += 1
         tab = Tab(id=f"t{self._tab_seq}", page=page)
         self.tabs[tab.id] = tab
@@ -164,16 +165,19 @@ class BrowserSession:
         page.on("framenavigated", lambda frame: self._navigated(tab, frame))
         page.on("close", lambda _: self._closed(tab))
         if self.media or self.overrides:
-            task = asyncio.ensure_future(self.emulation_apply(tab))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._spawn(self.emulation_apply(tab))
         return tab
 
-    async def tab_new(self, url: str | None = None) -> Tab:
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def tab_new(self) -> Tab:
         if len(self.tabs) >= MAX_TABS:
             raise BrowserError("too_many_tabs", f"A session may hold at most {MAX_TABS} tabs; close one first.")
-        page = await self.context.new_page()
-        tab = self.adopt(page)
+        tab = self.adopt(await self.context.new_page())
+        assert tab is not None
         self.current = tab.id
         return tab
 
@@ -185,7 +189,7 @@ class BrowserSession:
         tab = self.tabs.get(tab_id)
         if tab is None:
             raise BrowserError(
-                "tab_not_found", f"No tab {tab_id!r} in this session; open tabs: {sorted(self.tabs)}.", tab_id=tab_id
+                "tab_not_found", f"No tab {tab_id!r} in this session; open tabs: {list(self.tabs)}.", tab_id=tab_id
             )
         return tab
 
@@ -241,7 +245,6 @@ class BrowserSession:
     async def snapshot(self, tab: Tab, *, depth: int | None = None) -> str:
         text = await tab.page.aria_snapshot(mode="ai", depth=depth)
         tab.refs = frozenset(REF.findall(text))
-        tab.snapshot_url = tab.page.url
         return text
 
     async def locate(self, tab: Tab, ref: str) -> Locator:
