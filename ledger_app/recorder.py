@@ -60,6 +60,9 @@ class LedgerRecorder:
     def record(self, call: ToolCall, *, mutating: bool) -> None:
         if call.status not in RAN and call.status not in REFUSED:
             return
+        if not call_events(call, mutating=mutating, channel=""):
+            # Most calls are reads that ran: nothing to sign, so no query for the channel's name either.
+            return
         channel = Channel.objects.filter(id=call.channel_id).values_list("name", flat=True).first() or ""
         for event in call_events(call, mutating=mutating, channel=channel):
             ledger_append(agent_id=call.agent_id, event=event)
