@@ -12,6 +12,7 @@ urlpatterns = [
     path("mcp/servers/", include("tools_app.mcp.urls")),
     path("api/v1/approvals/", include("approvals_app.api_urls")),
     path("approvals/", include("approvals_app.urls")),
+    path("browser/", include("tools_app.browser.urls")),
 ]
 
 handler404 = "tools_app.pages.not_found"

@@ -281,6 +281,7 @@ async def test_screenshots_and_pdfs_are_saved_to_the_workspace(drive, runtime, s
     assert data.startswith(b"\x89PNG") and len(data) == shot["bytes"]
     assert hashlib.sha256(data).hexdigest() == shot["sha256"]
     assert shot["uri"] == f"workspace://builder/{shot['path']}" and shot["path"].startswith("browser/")
+    assert shot["url"] == "/browser/artifacts/test/"
     full = (await drive.ok("browser_screenshot", full_page=True, format="jpeg", filename="full.jpeg"))["screenshot"]
     assert full["path"] == "browser/full.jpeg" and full["media_type"] == "image/jpeg"
     assert (workspace / "browser/full.jpeg").read_bytes()[:2] == b"\xff\xd8"

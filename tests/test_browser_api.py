@@ -1,10 +1,11 @@
-"""The browser tools through the API on a live daphne: snapshot runs at once under Auto, browser_evaluate parks."""
+"""Through the API on a live daphne: snapshot runs at once under Auto, evaluate parks, operators open screenshots."""
 
 import os
 from pathlib import Path
 
 import httpx
 import pytest
+from django.test import Client
 
 from tests.conftest import client_for, make_cast
 from tools_app.browser import BrowserRuntime
@@ -89,3 +90,19 @@ def test_through_the_api_evaluate_parks_for_approval_and_snapshot_runs_at_once(d
     row = ToolCall.objects.get(id=parked["id"])
     assert row.status == "pending_approval" and row.tool == "browser_evaluate"
     assert row.approval_request.rule == "tier:auto"
+
+    shot = call("browser_screenshot", {})
+    assert shot.json()["status"] == "succeeded", shot.json()
+    reference = shot.json()["result"]["output"]["screenshot"]
+    assert reference["url"] == f"/browser/artifacts/{shot.json()['id']}/"
+    operator, other, admin = Client(), Client(), Client()
+    operator.force_login(cast.operator.user)
+    other.force_login(cast.other_operator.user)
+    admin.force_login(cast.admin.user)
+    opened = operator.get(reference["url"])
+    assert opened.status_code == 200 and opened["Content-Type"] == "image/png"
+    assert opened.content.startswith(b"\x89PNG") and len(opened.content) == reference["bytes"]
+    assert admin.get(reference["url"]).status_code == 200
+    assert other.get(reference["url"]).status_code == 404, "otto operates lab, not ops"
+    assert Client().get(reference["url"]).status_code == 302
+    assert operator.get(f"/browser/artifacts/{parked['id']}/").status_code == 404

@@ -34,17 +34,18 @@ WorkspaceFor = Callable[..., Any]
 
 @dataclass(frozen=True)
 class Artifact:
-    """A file the browser wrote into the workspace, as the model and an operator refer to it."""
+    """A file the browser wrote into the workspace: the model finds it by path, an operator opens its call's url."""
 
     path: str
     bytes: int
     media_type: str
     sha256: str
 
-    def as_dict(self, agent_name: str) -> dict[str, Any]:
+    def as_dict(self, *, agent_name: str, call_id: str) -> dict[str, Any]:
         return {
             "path": self.path,
             "uri": f"workspace://{agent_name}/{self.path}",
+            "url": f"/browser/artifacts/{call_id}/",
             "bytes": self.bytes,
             "media_type": self.media_type,
             "sha256": self.sha256,
@@ -166,6 +167,14 @@ def artifact_write(workspace: Path, *, name: str | None, suffix: str, data: byte
         finally:
             os.close(directory)
     return Artifact(f"{ARTIFACT_DIR}/{name}", len(data), media_type, hashlib.sha256(data).hexdigest())
+
+
+def artifact_read(workspace: Path, path: str) -> bytes:
+    """Read back a file the browser wrote: only under browser/, never through a symlink."""
+    parts = path_parts(path)
+    if len(parts) != 2 or parts[0] != ARTIFACT_DIR:
+        raise BrowserError("path_refused", f"{path!r} is not a browser artifact.")
+    return upload_read(workspace, path)[1]
 
 
 def upload_read(workspace: Path, path: str) -> tuple[str, bytes]:

@@ -73,7 +73,7 @@ class BrowserTool(TypedTool):
         facts = self.facts_for(args)
         try:
             output = await runtime.run(
-                who, lambda session: self.act(runtime, session, args), persist=not (facts and facts.idempotent)
+                who, lambda session: self.act(runtime, session, args, ctx), persist=not (facts and facts.idempotent)
             )
         except BrowserError as exc:
             return ToolResult.fail(exc.code, exc.message, **exc.detail)
@@ -81,7 +81,9 @@ class BrowserTool(TypedTool):
             return ToolResult.fail("ssrf_blocked", str(exc), **exc.detail())
         return ToolResult.ok(output)
 
-    async def act(self, runtime: BrowserRuntime, session: BrowserSession, args: Any) -> dict[str, Any]:
+    async def act(
+        self, runtime: BrowserRuntime, session: BrowserSession, args: Any, ctx: ToolContext
+    ) -> dict[str, Any]:
         raise NotImplementedError
 
 
@@ -135,7 +137,7 @@ class BrowserOpen(BrowserTool):
         url: str = Field(min_length=1, max_length=8192)
         """The http or https URL to open."""
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         url = _url_check(args.url)
         tab = await session.tab_new()
         try:
@@ -166,7 +168,7 @@ class BrowserNavigate(BrowserTool):
                 raise ValueError("give either url or action")
             return self
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         tab = _page_tab(session, args)
         if args.url is not None:
             return await session.goto(tab, _url_check(args.url))
@@ -199,7 +201,7 @@ class BrowserSnapshot(BrowserTool):
         depth: int | None = Field(default=None, ge=1, le=100)
         """Limit the tree to this many levels."""
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         tab = session.tab(args.tab_id)
         if tab.dialog is not None:
             return {**await session.state(tab), "snapshot": None}
@@ -230,7 +232,7 @@ class BrowserClick(BrowserTool):
         modifiers: list[Modifier] = Field(default_factory=list, max_length=4)
         """Keys held during the click."""
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         tab = _page_tab(session, args)
         count = 2 if args.double else 1
 
@@ -270,7 +272,7 @@ class BrowserType(BrowserTool):
         slowly: bool = False
         """Type one character at a time (fires key events) instead of filling the value at once."""
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         tab = _page_tab(session, args)
         keyboard = tab.page.keyboard
 
@@ -311,7 +313,7 @@ class BrowserFillForm(BrowserTool):
         fields: list[FormField] = Field(min_length=1, max_length=100)
         """The fields to fill, in order."""
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         tab = _page_tab(session, args)
         filled = []
         for field in args.fields:
@@ -365,7 +367,7 @@ class BrowserSelect(BrowserTool):
         values: list[str] = Field(min_length=1, max_length=100)
         """Option values or labels; several only for a multiple select."""
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         tab = _page_tab(session, args)
         if args.ref_id is not None:
             target = await session.locate(tab, args.ref_id)
@@ -392,7 +394,7 @@ class BrowserPressKey(BrowserTool):
 
         target_required: ClassVar[bool] = False
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         tab = _page_tab(session, args)
         if not args.has_target:
             await session.act(tab, lambda: tab.page.keyboard.press(args.key))
@@ -414,7 +416,7 @@ class BrowserHover(BrowserTool):
     class Args(TargetArgs):
         pass
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         tab = _page_tab(session, args)
         await _on_target(
             session, tab, args, on_ref=lambda loc: loc.hover(), on_point=lambda x, y: tab.page.mouse.move(x, y)
@@ -438,7 +440,7 @@ class BrowserScroll(BrowserTool):
 
         target_required: ClassVar[bool] = False
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         tab = _page_tab(session, args)
         page = tab.page
 
@@ -487,7 +489,7 @@ class BrowserDrag(BrowserTool):
                     raise ValueError(f"give {end}_ref_id, or both {end}_x and {end}_y")
             return self
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         tab = _page_tab(session, args)
         if args.from_ref_id is not None and args.to_ref_id is not None:
             source = await session.locate(tab, args.from_ref_id)
@@ -520,7 +522,7 @@ class BrowserUpload(BrowserTool):
         paths: list[str] = Field(min_length=1, max_length=10)
         """Workspace-relative paths of the files to upload."""
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         tab = _page_tab(session, args)
         workspace = runtime.workspace(session.who)
         files = []
@@ -575,7 +577,7 @@ class BrowserWaitFor(BrowserTool):
                 raise ValueError("give text, text_gone or time_s")
             return self
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         tab = _page_tab(session, args)
         page = tab.page
         if args.time_s is not None:
@@ -612,7 +614,7 @@ class BrowserScreenshot(BrowserTool):
         filename: str | None = Field(default=None, max_length=100)
         """File name under browser/ in the workspace (ending .png or .jpeg); a fresh name when omitted."""
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         tab = _page_tab(session, args)
         if args.ref_id is not None:
             data = await (await session.locate(tab, args.ref_id)).screenshot(type=args.format)
@@ -627,7 +629,8 @@ class BrowserScreenshot(BrowserTool):
             data=data,
             media_type=f"image/{args.format}",
         )
-        return {**await session.state(tab), "screenshot": artifact.as_dict(session.who.agent_name)}
+        reference = artifact.as_dict(agent_name=session.who.agent_name, call_id=ctx.call_id)
+        return {**await session.state(tab), "screenshot": reference}
 
 
 class BrowserPdf(BrowserTool):
@@ -648,14 +651,15 @@ class BrowserPdf(BrowserTool):
         filename: str | None = Field(default=None, max_length=100)
         """File name under browser/ in the workspace (ending .pdf); a fresh name when omitted."""
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         tab = _page_tab(session, args)
         data = await tab.page.pdf(format=args.paper, landscape=args.landscape, print_background=args.print_background)
         workspace = runtime.workspace(session.who)
         artifact = await asyncio.to_thread(
             artifact_write, workspace, name=args.filename, suffix=".pdf", data=data, media_type="application/pdf"
         )
-        return {**await session.state(tab), "pdf": artifact.as_dict(session.who.agent_name)}
+        reference = artifact.as_dict(agent_name=session.who.agent_name, call_id=ctx.call_id)
+        return {**await session.state(tab), "pdf": reference}
 
 
 class BrowserEvaluate(BrowserTool):
@@ -673,7 +677,7 @@ class BrowserEvaluate(BrowserTool):
         ref_id: str | None = Field(default=None, pattern=REF_PATTERN)
         """Pass this element (from browser_snapshot) to the function."""
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         tab = _page_tab(session, args)
         if args.ref_id is not None:
             locator = await session.locate(tab, args.ref_id)
@@ -698,7 +702,7 @@ class BrowserConsole(BrowserTool):
         types: list[str] = Field(default_factory=list, max_length=10)
         """Only these types (log, info, warning, error, debug, pageerror, dialog)."""
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         entries = [
             entry
             for entry in session.console
@@ -723,7 +727,7 @@ class BrowserNetwork(BrowserTool):
         blocked_only: bool = False
         """Only the blocked requests."""
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         log = session.interceptor.log
         entries = [
             entry.as_dict()
@@ -768,7 +772,7 @@ class BrowserCookies(BrowserTool):
         secure: bool = False
         same_site: Literal["Strict", "Lax", "None"] = "Lax"
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         context = session.context
         if args.action == "list":
             cookies = await context.cookies(args.urls or None)
@@ -805,7 +809,7 @@ class BrowserDialog(BrowserTool):
         prompt_text: str | None = Field(default=None, max_length=10_000)
         """For a prompt dialog: the text to answer with."""
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         tab = session.tab(args.tab_id)
         dialog = tab.dialog
         if dialog is None:
@@ -855,7 +859,7 @@ class BrowserEmulate(BrowserTool):
         user_agent: str | None = Field(default=None, min_length=1, max_length=512)
         geolocation: Geolocation | None = None
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         changed = args.model_dump(exclude_none=True)
         if not changed:
             raise BrowserError("invalid_arguments", "Name at least one thing to emulate.")
@@ -887,7 +891,7 @@ class BrowserResize(BrowserTool):
         width: int = Field(ge=200, le=3840)
         height: int = Field(ge=200, le=2160)
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         tab = session.tab(args.tab_id)
         await tab.page.set_viewport_size({"width": args.width, "height": args.height})
         return {**await session.state(tab), "viewport": tab.page.viewport_size}
@@ -909,7 +913,7 @@ class BrowserTabs(BrowserTool):
         url: str | None = Field(default=None, min_length=1, max_length=8192)
         """new: open this URL in the new tab."""
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         if args.action == "new":
             url = _url_check(args.url) if args.url is not None else None
             tab = await session.tab_new()
@@ -937,7 +941,7 @@ class BrowserSessionTool(BrowserTool):
     class Args(ToolArgs):
         action: Literal["info", "list", "close"] = "info"
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         if args.action == "list":
             return {
                 "sessions": [
@@ -982,7 +986,7 @@ class BrowserProfile(BrowserTool):
     def asks_for_arguments(self, args: Args) -> bool:
         return args.action == "delete"
 
-    async def act(self, runtime, session, args):
+    async def act(self, runtime, session, args, ctx):
         agent_id = session.who.agent_id
         if args.action == "list":
             profiles = await asyncio.to_thread(runtime.profiles.list, agent_id)
