@@ -1,7 +1,10 @@
 """bash_exec and code_exec through the chokepoint: the floor before any approval, the sandbox behind, the API on top."""
 
+import gc
+
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import SyncToAsync, async_to_sync
+from django.db import connections
 
 from tests.conftest import client_for
 from tests.test_command_policy import CORPUS_ROWS
@@ -203,8 +206,16 @@ def test_the_floor_refuses_through_the_api_with_its_rule(cast, as_builder_full):
     assert (call["decision"]["decided_by"], call["decision"]["rule"]) == ("floor", "command_policy:rm_critical")
 
 
+@pytest.fixture
+def worker_connections_closed():
+    """The desk reads the database from worker threads; close their connections so PostgreSQL can drop the DB."""
+    yield
+    SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=10)
+    gc.collect()
+
+
 @pytest.mark.django_db(transaction=True)
-def test_file_ops_delete_under_auto_parks_for_approval(cast):
+def test_file_ops_delete_under_auto_parks_for_approval(cast, worker_connections_closed):
     Agent.objects.filter(pk=cast.builder.agent.pk).update(exec_tier="auto")
     client = client_for(cast.builder.token)
     written = client.post(

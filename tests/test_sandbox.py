@@ -67,6 +67,10 @@ def run(sandbox, source, *, language="bash", agent_id=None, **options):
     return sandbox.run_blocking(request)
 
 
+def workspace_of(sandbox, agent_id):
+    return sandbox.workspace(agent_id=agent_id, agent_name=f"agent-{agent_id}").path
+
+
 def needs_uid_drop(report):
     if report.uid is None:
         pytest.skip(report.uid_reason)
@@ -268,7 +272,7 @@ def test_a_timeout_kills_the_whole_tree_including_a_setsid_grandchild(sandbox):
     while uid_processes(agent_uid(agent_id)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert uid_processes(agent_uid(agent_id)) == []
-    beat = sandbox.workspace(agent_id=agent_id, agent_name=f"agent-{agent_id}").path / "beat"
+    beat = workspace_of(sandbox, agent_id) / "beat"
     assert beat.exists(), "the grandchild never ran, so this test proved nothing"
     before = beat.read_text()
     time.sleep(0.3)
@@ -408,7 +412,7 @@ def test_a_working_dir_inside_the_workspace(sandbox):
     agent_id = next(_agent_ids)
     run(sandbox, "mkdir -p sub/deeper && ln -s / escape", agent_id=agent_id)
     result = run(sandbox, "pwd", agent_id=agent_id, working_dir="sub/deeper")
-    assert result.stdout.strip().endswith(f"agent-{agent_id}/sub/deeper")
+    assert result.stdout.strip() == f"{workspace_of(sandbox, agent_id)}/sub/deeper"
     for bad in ("../", "/etc", "escape", "missing"):
         with pytest.raises(SandboxRefused) as refused:
             run(sandbox, "pwd", agent_id=agent_id, working_dir=bad)
@@ -431,16 +435,16 @@ def test_the_floor_runs_again_inside_the_sandbox(sandbox):
         run(sandbox, "touch marker; rm -rf /", agent_id=agent_id)
     assert refused.value.code == "command_blocked"
     assert refused.value.detail["rule"] == "command_policy:rm_critical"
-    assert not (sandbox.root / f"agent-{agent_id}" / "marker").exists()
+    assert not (workspace_of(sandbox, agent_id) / "marker").exists()
 
 
 def test_workspaces_are_private_to_their_agent(sandbox):
     needs_uid_drop(sandbox.report)
     first, second = next(_agent_ids), next(_agent_ids)
     run(sandbox, "echo mine > note.txt", agent_id=first)
-    result = run(sandbox, f"cat {sandbox.root}/agent-{first}/note.txt", agent_id=second)
+    result = run(sandbox, f"cat {workspace_of(sandbox, first)}/note.txt", agent_id=second)
     assert "mine" not in result.stdout and result.exit_code != 0
-    info = os.stat(sandbox.root / f"agent-{first}")
+    info = os.stat(workspace_of(sandbox, first))
     assert (info.st_uid, info.st_mode & 0o777) == (agent_uid(first), 0o700)
 
 
@@ -496,3 +500,12 @@ def test_no_builtin_tool_starts_a_process_itself():
     assert {"exec.py", "files.py"} <= {m.name for m in modules}
     offenders = {m.name: process_starts(m.read_text()) for m in modules}
     assert {name: found for name, found in offenders.items() if found} == {}
+
+
+def test_a_later_agent_of_the_same_name_gets_a_fresh_workspace(report, data_dir):
+    sandbox = WorkspaceSandbox(data_dir=data_dir, policy=CommandPolicy(), report=report)
+    first = sandbox.workspace(agent_id=7001, agent_name="twin")
+    (first.path / "diary.txt").write_text("the first twin's")
+    second = sandbox.workspace(agent_id=7002, agent_name="twin")
+    assert second.path != first.path and list(second.path.iterdir()) == []
+    assert sandbox.workspace(agent_id=7001, agent_name="twin").path == first.path

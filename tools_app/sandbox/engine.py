@@ -18,10 +18,27 @@ from .runner import KILL, Captured, kill_as, run_launch
 # subordinate-uid allocation uses by convention, so kill(-1) from one of these uids reaches only that agent.
 UID_BASE = 1_900_000_000
 LOCK_POLL_S = 0.05
+HOST_LOCKS = Path("/run/lock/aleph-sandbox")
 
 
 def agent_uid(agent_id: int) -> int:
     return UID_BASE + agent_id
+
+
+def lock_dir(state_dir: Path) -> Path:
+    """Where per-uid locks live: host-wide when the server may create it, since uids are host-wide too.
+
+    Two gateways on one host (two data directories) still share the probe's uid and agents' uids; a lock in
+    /run/lock keeps one's sweep of a uid from meeting the other's command of that uid.
+    """
+    for candidate in (HOST_LOCKS, state_dir / "locks"):
+        try:
+            candidate.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError:
+            continue
+        if os.access(candidate, os.W_OK):
+            return candidate
+    raise SandboxRefused("sandbox_failed", f"No writable directory for sandbox locks ({HOST_LOCKS}, {state_dir}).")
 
 
 class Engine:
@@ -29,8 +46,7 @@ class Engine:
         self.layer = layer
         self.limits = limits
         self.hidden = hidden
-        self.locks = state_dir / "locks"
-        self.locks.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.locks = lock_dir(state_dir)
         self.kill_binary = KILL
 
     def run(self, *, workspace: Workspace, cwd: Path, argv: list[str], timeout_s: float) -> Captured:
@@ -78,7 +94,7 @@ def workspace_prepare(path: Path, *, uid: int | None) -> Workspace:
     if uid is not None and info.st_uid != uid:
         raise SandboxRefused(
             "workspace_conflict",
-            f"The workspace {path} belongs to uid {info.st_uid}, not this agent's uid {uid}: "
-            "an agent of the same name had it before; an admin must move it away.",
+            f"The workspace {path} belongs to uid {info.st_uid}, not this agent's uid {uid} (the server ran with "
+            "another uid setting when it was made); an admin must chown or move it.",
         )
     return Workspace(path=path, uid=uid, gid=uid)

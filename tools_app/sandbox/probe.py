@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import LEVELS, STRONGEST, Limits, SandboxRefused, level_rank
-from .engine import UID_BASE, Engine, workspace_prepare
+from .engine import UID_BASE, Engine, lock_dir, workspace_prepare
 from .kernel import KernelFeatureMissing
 from .layers import LAYERS, drop_privileges
 from .runner import KILL, kill_as, uid_processes
@@ -155,8 +155,8 @@ def sandbox_probe(*, data_dir: Path, limits: Limits | None = None, min_level: st
         raise ValueError(f"unknown sandbox level {min_level!r}")
     state = data_dir / "sandbox"
     state.mkdir(parents=True, exist_ok=True)
-    # Server processes starting together share the probe's uid: one probe at a time, each starting clean.
-    with open(state / "probe.lock", "a") as lock:
+    # Every server process on this host shares the probe's uid: one probe at a time, each starting clean.
+    with open(lock_dir(state) / "probe.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         uid, uid_reason = _uid_check()
         checks = []

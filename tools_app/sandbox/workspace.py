@@ -80,8 +80,10 @@ class WorkspaceSandbox:
         return tuple(self.interpreters)
 
     def workspace(self, *, agent_id: int, agent_name: str) -> Workspace:
+        """The agent's directory, created on demand: named by name and id, as its uid is, so that a later agent
+        of the same name never inherits it."""
         uid = agent_uid(agent_id) if self.report.uid is not None else None
-        workspace = workspace_prepare(self.root / agent_name, uid=uid)
+        workspace = workspace_prepare(self.root / f"{agent_name}-{agent_id}", uid=uid)
         if self.level == "landlock":
             tmp = workspace.path / ".tmp"
             if not tmp.is_dir():
