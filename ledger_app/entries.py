@@ -123,10 +123,29 @@ def _redact(value: Any, depth: int) -> Any:
     return _cap(str(value))
 
 
+def _keys_ascii(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        children = item.values() if type(item) is dict else item
+        if type(item) is dict and not all(key.isascii() for key in item):
+            return False
+        stack.extend(child for child in children if type(child) is dict or type(child) is list)
+    return True
+
+
+def encode_clean(value: Any) -> bytes:
+    """RFC 8785 bytes of a value without floats or unsafe integers (redacted details, our own bodies)."""
+    if _keys_ascii(value):
+        # Sorted-key JSON is RFC 8785 for objects of ASCII keys, strings, safe integers, booleans and null.
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return rfc8785.dumps(value)
+
+
 def detail_redact(detail: dict[str, Any]) -> dict[str, Any]:
     """Only what RFC 8785 encodes exactly (no floats, safe integers), secrets masked, strings and size capped."""
     cleaned = _redact(detail, 0)
-    size = len(canonical(cleaned))
+    size = len(encode_clean(cleaned))
     if size > DETAIL_BYTES_CAP:
         return {"truncated": True, "bytes": size}
     return cleaned
@@ -158,27 +177,32 @@ def strict_loads(text: str | bytes) -> Any:
     return json.loads(text, object_pairs_hook=_pairs, parse_float=Inexact, parse_int=_int, parse_constant=Inexact)
 
 
+def stored_loads(text: str) -> Any:
+    """Stored bytes, parsed for comparison with their re-encoding: a repeated key cannot survive that comparison."""
+    return json.loads(text, parse_float=Inexact, parse_constant=Inexact)
+
+
 def _scan(value: Any, keys_ascii: list[bool]) -> str | None:
     """The first repeated key or inexact number inside `value`; clears keys_ascii[0] on a non-ASCII key."""
-    kind = type(value)
-    if kind is dict:
-        for key, item in value.items():
-            if not key.isascii():
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is Duplicated:
+            return "a key appears twice"
+        if type(item) is dict:
+            if keys_ascii[0] and not all(key.isascii() for key in item):
                 keys_ascii[0] = False
-            found = _scan(item, keys_ascii)
-            if found:
-                return found
-        return None
-    if kind is list:
-        for item in value:
-            found = _scan(item, keys_ascii)
-            if found:
-                return found
-        return None
-    if kind is Duplicated:
-        return "a key appears twice"
-    if kind is Inexact:
-        return f"number {value} is a float or beyond 2^53"
+            children = item.values()
+        else:
+            children = item
+        for child in children:
+            kind = type(child)
+            if kind is dict or kind is list or kind is Duplicated:
+                stack.append(child)
+            elif kind is Inexact:
+                return f"number {child} is a float or beyond 2^53"
+            elif kind is int and not -MAX_SAFE_INT <= child <= MAX_SAFE_INT:
+                return f"number {child} is beyond 2^53"
     return None
 
 

@@ -20,12 +20,12 @@ from .entries import (
     FORMAT_VERSION,
     GENESIS,
     b64e,
-    canonical,
     detail_redact,
+    encode_clean,
     entry_digest,
     key_fingerprint,
     rfc3339,
-    strict_loads,
+    stored_loads,
 )
 from .models import AgentKey, ChainHead, ChainVerification, KeyStatus, LedgerEntry
 from .verify import ChainVerifier
@@ -148,58 +148,91 @@ def _chain_open(agent_id: int) -> None:
         pass  # another writer opened the chain first
 
 
+HEAD_READ = (
+    "SELECT h.seq, h.hash, h.name, h.key_id, k.fingerprint FROM ledger_app_chainhead h "
+    "JOIN ledger_app_agentkey k ON k.id = h.key_id WHERE h.agent_id = %s"
+)
+# PostgreSQL: the compare-and-swap on the head and the insert are one statement, so the head's row lock is held
+# only from that statement to the commit; a writer that lost the race inserts nothing and tries again.
+CAS_AND_INSERT = (
+    "WITH moved AS (UPDATE ledger_app_chainhead SET seq = %s, hash = %s, last_time = %s, key_id = %s "
+    "WHERE agent_id = %s AND seq = %s RETURNING agent_id) "
+    "INSERT INTO ledger_app_ledgerentry "
+    "(agent_id, seq, prev_hash, hash, signature, body, time, action, tool, outcome, principal, signer) "
+    "SELECT agent_id, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s FROM moved RETURNING id"
+)
+# SQLite: the transaction already holds the database's write lock (BEGIN IMMEDIATE), so the swap cannot lose.
+CAS = (
+    "UPDATE ledger_app_chainhead SET seq = %s, hash = %s, last_time = %s, key_id = %s WHERE agent_id = %s AND seq = %s"
+)
+INSERT = (
+    "INSERT INTO ledger_app_ledgerentry "
+    "(agent_id, seq, prev_hash, hash, signature, body, time, action, tool, outcome, principal, signer) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
+
+
 def _append(agent_id: int, event: Event, next_key_id: int | None = None) -> LedgerEntry:
     detail = detail_redact(event.detail)
-    for _ in range(CAS_ATTEMPTS):
-        head = (
-            ChainHead.objects.filter(agent_id=agent_id)
-            .values_list("seq", "hash", "name", "key_id", "key__fingerprint")
-            .first()
-        )
-        if head is None:
-            _chain_open(agent_id)
-            continue
-        seq, prev_hash, name, key_id, signer = head
-        now = timezone.now()
-        body = {
-            "v": FORMAT_VERSION,
-            "agent": name,
-            "seq": seq + 1,
-            "time": rfc3339(now),
-            "action": event.action,
-            "tool": event.tool,
-            "outcome": event.outcome,
-            "args_sha256": event.args_sha256,
-            "detail": detail,
-            "principal": event.principal,
-            "call": event.call,
-            "signer": signer,
-            "prev_hash": prev_hash,
-        }
-        data = canonical(body)
-        digest = entry_digest(data)
-        signature = _signer(key_id, signer).sign(digest).signature
-        swapped = ChainHead.objects.filter(agent_id=agent_id, seq=seq).update(
-            seq=seq + 1, hash=digest.hex(), last_time=now, key_id=next_key_id or key_id
-        )
-        if not swapped:
-            continue
-        entry = LedgerEntry(
-            agent_id=agent_id,
-            seq=seq + 1,
-            prev_hash=prev_hash,
-            hash=digest.hex(),
-            signature=b64e(signature),
-            body=data.decode(),
-            time=now,
-            action=event.action,
-            tool=event.tool,
-            outcome=event.outcome,
-            principal=event.principal,
-            signer=signer,
-        )
-        entry.save(force_insert=True)
-        return entry
+    connection = transaction.get_connection()
+    with connection.cursor() as cursor:
+        for _ in range(CAS_ATTEMPTS):
+            cursor.execute(HEAD_READ, [agent_id])
+            head = cursor.fetchone()
+            if head is None:
+                _chain_open(agent_id)
+                continue
+            seq, prev_hash, name, key_id, signer = head
+            now = timezone.now()
+            body = {
+                "v": FORMAT_VERSION,
+                "agent": name,
+                "seq": seq + 1,
+                "time": rfc3339(now),
+                "action": event.action,
+                "tool": event.tool,
+                "outcome": event.outcome,
+                "args_sha256": event.args_sha256,
+                "detail": detail,
+                "principal": event.principal,
+                "call": event.call,
+                "signer": signer,
+                "prev_hash": prev_hash,
+            }
+            data = encode_clean(body)
+            digest = entry_digest(data)
+            entry = LedgerEntry(
+                agent_id=agent_id,
+                seq=seq + 1,
+                prev_hash=prev_hash,
+                hash=digest.hex(),
+                signature=b64e(_signer(key_id, signer).sign(digest).signature),
+                body=data.decode(),
+                time=now,
+                action=event.action,
+                tool=event.tool,
+                outcome=event.outcome,
+                principal=event.principal,
+                signer=signer,
+            )
+            stamp = connection.ops.adapt_datetimefield_value(now)
+            swap = [seq + 1, entry.hash, stamp, next_key_id or key_id, agent_id, seq]
+            row = [entry.seq, prev_hash, entry.hash, entry.signature, entry.body, stamp]
+            row += [event.action, event.tool, event.outcome, event.principal, signer]
+            if connection.vendor == "postgresql":
+                cursor.execute(CAS_AND_INSERT, swap + row)
+                inserted = cursor.fetchone()
+                if inserted is None:
+                    continue
+                entry.id = inserted[0]
+            else:
+                cursor.execute(CAS, swap)
+                if cursor.rowcount != 1:
+                    continue
+                cursor.execute(INSERT, [agent_id, *row])
+                entry.id = cursor.lastrowid
+            entry._state.adding = False
+            return entry
     raise LedgerError(f"the chain head of agent {agent_id} kept moving: {CAS_ATTEMPTS} attempts")
 
 
@@ -275,7 +308,7 @@ def verification_step(*, progress: dict[str, Any], limit: int = VERIFY_BATCH) ->
     rows = chain_rows(progress["agent_id"], VERIFY_FIELDS, after=tuple(progress["after"]), limit=limit)
     for _, _, body_text, hash_, signature, time, action, tool, outcome, principal, signer in rows:
         try:
-            body = strict_loads(body_text)
+            body = stored_loads(body_text)
         except ValueError:
             body = None
         columns = {
@@ -286,7 +319,8 @@ def verification_step(*, progress: dict[str, Any], limit: int = VERIFY_BATCH) ->
             "principal": principal,
             "signer": signer,
         }
-        verifier.feed(body, hash_, signature, exact=body_text.encode("utf-8", "surrogatepass"), columns=columns)
+        exact = body_text.encode("utf-8", "surrogatepass")
+        verifier.feed(body, hash_, signature, exact=exact, columns=columns)
     after = list(rows[-1][:2]) if rows else progress["after"]
     return {**progress, "after": after, "state": verifier.state()}, len(rows) < limit
 

@@ -86,7 +86,7 @@ class ChainVerifier:
         exact: bytes | None = None,
         columns: dict[str, Any] | None = None,
     ) -> None:
-        """One entry: its parsed body (from `strict_loads`), hash and signature; `exact` = the stored bytes, if any."""
+        """One entry: its parsed body, hash and signature; `exact`: the stored bytes, which must be canonical."""
         self.count += 1
         first = self.count == 1
         seq = body.get("seq") if isinstance(body, dict) and type(body.get("seq")) is int else None
