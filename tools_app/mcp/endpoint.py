@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -17,6 +18,7 @@ from ..services import person_for_token
 from .server import Principal, agent_for_token, principal_var, server_build
 from .wiring import mcp_start
 
+logger = logging.getLogger(__name__)
 MCP_PATHS = ("/mcp", "/mcp/")
 CHANNEL_HEADER = b"x-aleph-channel"
 SESSION_HEADER = b"x-aleph-session"
@@ -58,10 +60,15 @@ class McpEndpoint:
         await self.django_app(scope, receive, send)
 
     async def _start_manager(self) -> None:
-        if not self._started:
+        if self._started:
+            return
+        try:
             wired = await sync_to_async(gateway)()
             mcp_start(wired)
-            self._started = True
+        except Exception:  # the MCP manager failing to start must not take the rest of the site down with it
+            logger.exception("MCP manager did not start; retrying on the next request")
+            return
+        self._started = True
 
     async def _session_manager(self) -> StreamableHTTPSessionManager:
         """One stateless session manager per loop, run in a task that lives as long as the server does."""

@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+import anyio
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils import timezone
@@ -279,27 +280,32 @@ class McpManager:
                 cache=None,
                 client_info=_CLIENT_INFO,
             )
-            try:
-                async with client:
-                    tools = await self._tools(client)
-                    entry.connection = Connection(
-                        client=client,
-                        watch=watch,
-                        capabilities=client.server_capabilities.model_dump(
-                            mode="json", by_alias=True, exclude_none=True
-                        ),
-                        protocol_version=client.protocol_version,
-                        server_info=client.server_info.model_dump(mode="json", exclude_none=True)
-                        if client.server_info
-                        else {},
-                        tools=tools,
-                    )
-                    entry.connected_since = timezone.now()
-                    await self._set_status(entry, McpStatus.CONNECTED, "")
-                    await self._watch(entry, client, watch)
-            finally:
-                entry.needs_login = watch.unauthorized is not None
-                entry.watch = watch
+            # A server that answers the handshake with something other than MCP fails now, not at the timeout.
+            with anyio.CancelScope() as handshake:
+                watch.on_garbage = handshake.cancel
+                try:
+                    await self._session(entry, client, watch)
+                finally:
+                    entry.needs_login = watch.unauthorized is not None
+                    entry.watch = watch
+            if handshake.cancelled_caught:
+                raise ConnectionEnded("The handshake failed.")
+
+    async def _session(self, entry: Entry, client: Client, watch: Watch) -> None:
+        async with client:
+            tools = await self._tools(client)
+            entry.connection = Connection(
+                client=client,
+                watch=watch,
+                capabilities=client.server_capabilities.model_dump(mode="json", by_alias=True, exclude_none=True),
+                protocol_version=client.protocol_version,
+                server_info=client.server_info.model_dump(mode="json", exclude_none=True) if client.server_info else {},
+                tools=tools,
+            )
+            entry.connected_since = timezone.now()
+            watch.on_garbage = None
+            await self._set_status(entry, McpStatus.CONNECTED, "")
+            await self._watch(entry, client, watch)
 
     async def _watch(self, entry: Entry, client: Client, watch: Watch) -> None:
         """Hold the connection until it ends; refresh the tools on a change notice and probe the server now and then."""

@@ -31,13 +31,16 @@ class Watch:
         self.closed = asyncio.Event()
         self.garbage: list[str] = []
         self.unauthorized: str | None = None
+        self.on_garbage: Callable[[], Any] | None = None
 
     def note_garbage(self, item: Exception) -> None:
-        if len(self.garbage) >= 5:
-            return
-        errors = item.errors() if isinstance(item, ValidationError) else []
-        seen = errors[0].get("input") if errors else None
-        self.garbage.append(repr(seen)[:200] if isinstance(seen, str) else f"{type(item).__name__}: {item}"[:200])
+        if len(self.garbage) < 5:
+            errors = item.errors() if isinstance(item, ValidationError) else []
+            seen = errors[0].get("input") if errors else None
+            text = repr(seen)[:200] if isinstance(seen, str) else f"{type(item).__name__}: {item}"[:200]
+            self.garbage.append(text)
+        if self.on_garbage is not None:
+            self.on_garbage()
 
 
 class WatchedReadStream:
