@@ -150,6 +150,8 @@ MORE_PASSING = [
     "env FOO=1 python3 x.py",
     "xargs -n1 echo < list",
     "cd /tmp && ls",
+    "python3 - <<'EOF'\nprint(\"x\"); x = (1, 2)\nEOF",
+    "echo 'print(1)' | python3",
 ]
 
 

@@ -362,7 +362,8 @@ class Analysis:
                 if _decodes(source, source_args):
                     raise Blocked("decode_to_shell", f"{source} | {stage[0]}")
             previous = stages[index - 1] if index else None
-            if previous is not None and previous[0] in ("echo", "printf") and all(a.literal for a in previous[1]):
+            shell_reads_it = stage[0] in SHELLS and previous is not None and previous[0] in ("echo", "printf")
+            if shell_reads_it and all(a.literal for a in previous[1]):
                 self.script(" ".join(a.text for a in previous[1] if a.text != "-n"), depth + 1)
 
     def function(self, node: Node, depth: int) -> None:
@@ -400,7 +401,7 @@ class Analysis:
             raise Blocked("non_literal_command", name.text[:80])
         base = _basename(name.text)
         self.commands.append(" ".join([base, *(a.text for a in args)]))
-        if stdin_code is not None and _reads_program_from_stdin(base, args):
+        if stdin_code is not None and base in SHELLS and _reads_program_from_stdin(base, args):
             self._code(stdin_code, depth, base)
         self._rules(base, args, depth, stdin_code)
         for index, arg in enumerate(args):
