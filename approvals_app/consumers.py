@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections import OrderedDict
+import weakref
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -15,28 +15,53 @@ from django.utils import timezone
 
 from tools_app.services import ApplicationError, person_roles
 
+from .listening import GroupListener
 from .models import Status
 from .serializers import SocketDecideSerializer
-from .services import CARDS_GROUP, approval_card, approval_decide, approval_find, approval_list, deciders_of
+from .services import CARDS_GROUP, approval_card, approval_decide, approval_find, approval_list
 
 logger = logging.getLogger(__name__)
 DECIDING_ROLES = {"admin", "operator"}
-AUDIENCE_CACHE = 1024
-_audiences: OrderedDict[str, asyncio.Future] = OrderedDict()
 
 
-async def event_audience(event_id: str, channel_id: int) -> frozenset[int]:
-    """Who may see one event, read from the database once per event and process and shared by every socket."""
-    pending = _audiences.get(event_id)
-    if pending is None:
-        pending = asyncio.ensure_future(database_sync_to_async(deciders_of)(channel_id=channel_id))
-        _audiences[event_id] = pending
-        while len(_audiences) > AUDIENCE_CACHE:
-            _audiences.popitem(last=False)
-    return await asyncio.shield(pending)
+class _Feed:
+    """This event loop's sockets and one subscription for all of them: each event is serialized once, and every
+    socket checks that its person is in the event's audience, which the sender read from the database for it."""
+
+    def __init__(self):
+        self.sockets: set[ApprovalConsumer] = set()
+        self.listener = GroupListener(CARDS_GROUP, self.deliver)
+
+    async def join(self, socket: ApprovalConsumer) -> None:
+        self.sockets.add(socket)
+        await self.listener.start()
+
+    def leave(self, socket: ApprovalConsumer) -> None:
+        self.sockets.discard(socket)
+        if not self.sockets:
+            self.listener.stop()
+
+    async def deliver(self, event: dict[str, Any]) -> None:
+        audience = frozenset(event.get("audience", ()))
+        text = json.dumps(event["payload"])
+        for socket in list(self.sockets):
+            await socket.approval_event(text, audience)
+
+
+_feeds: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Feed] = weakref.WeakKeyDictionary()
+
+
+def _feed() -> _Feed:
+    loop = asyncio.get_running_loop()
+    feed = _feeds.get(loop)
+    if feed is None:
+        feed = _feeds[loop] = _Feed()
+    return feed
 
 
 class ApprovalConsumer(AsyncJsonWebsocketConsumer):
+    # No channel per socket: the process's feed holds the one subscription and hands each socket its events.
+    channel_layer_alias = None
     user_id: int | None = None
 
     async def connect(self) -> None:
@@ -49,14 +74,15 @@ class ApprovalConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=4403)
             return
         self.user_id = user.pk
-        await self.channel_layer.group_add(CARDS_GROUP, self.channel_name)
+        # Joined before the snapshot is read, so no card falls between the two.
+        await _feed().join(self)
         await self.accept()
         cards = await database_sync_to_async(self._pending_cards)()
         await self.send_json({"type": "approval.snapshot", "requests": cards, "now": timezone.now().isoformat()})
 
     async def disconnect(self, code: int) -> None:
         if self.user_id is not None:
-            await self.channel_layer.group_discard(CARDS_GROUP, self.channel_name)
+            _feed().leave(self)
 
     def _person(self):
         return get_user_model().objects.filter(pk=self.user_id, is_active=True).first()
@@ -67,27 +93,14 @@ class ApprovalConsumer(AsyncJsonWebsocketConsumer):
             return []
         return [approval_card(r) for r in approval_list(person=person, status=Status.PENDING)]
 
-    # -- events: each one re-checks that this person may decide the channel ------------------------
-
-    async def _may_see(self, event: dict[str, Any]) -> bool:
+    async def approval_event(self, text: str, audience: frozenset[int]) -> None:
+        """approval.requested, .resolved and .expired: sent only if this person may decide the event's channel now."""
+        if self.user_id not in audience:
+            return
         try:
-            audience = await event_audience(event["event"], event["channel_id"])
-        except Exception:
-            logger.exception("approvals: cannot tell who may see an event; it is withheld")
-            return False
-        return self.user_id in audience
-
-    async def approval_requested(self, event: dict[str, Any]) -> None:
-        if await self._may_see(event):
-            await self.send_json({"type": "approval.requested", "request": event["request"]})
-
-    async def approval_resolved(self, event: dict[str, Any]) -> None:
-        if await self._may_see(event):
-            await self.send_json({"type": "approval.resolved", "resolution": event["resolution"]})
-
-    async def approval_expired(self, event: dict[str, Any]) -> None:
-        if await self._may_see(event):
-            await self.send_json({"type": "approval.expired", "resolution": event["resolution"]})
+            await self.send(text_data=text)
+        except Exception:  # a socket closing mid-broadcast must not stop the others' delivery
+            logger.debug("approvals: a socket closed during delivery", exc_info=True)
 
     # -- what a client may send: {"type": "decide", ...} -----------------------------------------
 

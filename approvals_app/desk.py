@@ -7,16 +7,15 @@ import contextvars
 import logging
 import uuid
 import weakref
-from contextlib import suppress
 from typing import Any
 
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
 from django.utils import timezone
 
 from tools_app.chokepoint.registry import ToolRegistry
 from tools_app.chokepoint.service import PendingCall, Settlement
 
+from .listening import GroupListener
 from .models import ApprovalRequest, Status
 from .services import (
     WAKE_GROUP,
@@ -31,7 +30,6 @@ from .services import (
 )
 
 logger = logging.getLogger(__name__)
-SUBSCRIBE_TIMEOUT = 2.0
 
 
 def _db(function):
@@ -40,35 +38,29 @@ def _db(function):
 
 
 class _Waiters:
-    """The calls waiting in one event loop: one wake-up listener and one database poll, however many wait."""
+    """The calls waiting in one event loop: one wake-up subscription and one database poll, however many wait."""
 
     def __init__(self, poll_seconds: float):
         self.poll_seconds = poll_seconds
         self.futures: dict[str, asyncio.Future] = {}
-        self._tasks: list[asyncio.Task] = []
-        self._ready: asyncio.Future | None = None
+        self._wakeups = GroupListener(WAKE_GROUP, self._on_wake)
+        self._poller: asyncio.Task | None = None
 
     async def add(self, key: str) -> None:
         loop = asyncio.get_running_loop()
         self.futures[key] = loop.create_future()
-        if not self._tasks:
-            self._ready = loop.create_future()
-            # A fresh context: these tasks outlive the request that started them.
-            context = contextvars.Context()
-            self._tasks = [
-                loop.create_task(self._listen(self._ready), context=context),
-                loop.create_task(self._poll(), context=context),
-            ]
+        if self._poller is None:
+            self._poller = loop.create_task(self._poll(), context=contextvars.Context())
         # Subscribed before the request exists, so no decision can slip past; a slow layer only costs the poll.
-        with suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._ready), SUBSCRIBE_TIMEOUT)
+        await self._wakeups.start()
 
     def remove(self, key: str) -> None:
         self.futures.pop(key, None)
         if not self.futures:
-            for task in self._tasks:
-                task.cancel()
-            self._tasks = []
+            self._wakeups.stop()
+            if self._poller is not None:
+                self._poller.cancel()
+                self._poller = None
 
     def wake(self, key: Any) -> None:
         future = self.futures.get(key)
@@ -78,28 +70,8 @@ class _Waiters:
     def reset(self, key: str) -> None:
         self.futures[key] = asyncio.get_running_loop().create_future()
 
-    async def _listen(self, ready: asyncio.Future) -> None:
-        layer = get_channel_layer()
-        channel = None
-        try:
-            if layer is not None:
-                channel = await layer.new_channel("approvals.desk.")
-                await layer.group_add(WAKE_GROUP, channel)
-        except Exception:
-            logger.exception("approvals: cannot listen for wake-ups; waiting calls rely on the database poll")
-            channel = None
-        finally:
-            if not ready.done():
-                ready.set_result(None)
-        if channel is None:
-            return
-        try:
-            while True:
-                message = await layer.receive(channel)
-                self.wake(message.get("id"))
-        finally:
-            with suppress(Exception):
-                await layer.group_discard(WAKE_GROUP, channel)
+    async def _on_wake(self, message: dict[str, Any]) -> None:
+        self.wake(message.get("id"))
 
     async def _poll(self) -> None:
         """The database is the source of truth: a lost wake-up costs one poll interval, never the call."""

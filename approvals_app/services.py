@@ -155,7 +155,12 @@ def _broadcast(messages: list[tuple[str, dict[str, Any]]]) -> None:
 
 
 def _event(kind: str, request: ApprovalRequest, body: dict[str, Any]) -> dict[str, Any]:
-    return {"type": kind, "event": uuid.uuid4().hex, "channel_id": request.channel_id, **body}
+    """`payload` is what a socket receives; `audience` who may receive it, read from the database for this event."""
+    return {
+        "type": kind,
+        "audience": sorted(deciders_of(channel_id=request.channel_id)),
+        "payload": {"type": kind, **body},
+    }
 
 
 def _announce_outcome(request: ApprovalRequest, decider: str | None) -> None:
@@ -296,31 +301,33 @@ def approval_decide(
             source=request,
             expires_at=until,
         )
-    # The call leaves the pending count at once; the chokepoint writes its final state when it resumes.
-    ToolCall.objects.filter(id=request.call_id, status=CallStatus.PENDING_APPROVAL).update(
-        status=CallStatus.RUNNING if status == Status.APPROVED else CallStatus.DENIED
-    )
+    if status == Status.APPROVED:
+        # Out of the pending count at once; the chokepoint writes every finished state (and the ledger) itself.
+        ToolCall.objects.filter(id=request.call_id, status=CallStatus.PENDING_APPROVAL).update(
+            status=CallStatus.RUNNING
+        )
     _announce_outcome(request, operator.get_username())
     return request
 
 
-def _expire_calls(call_ids: list, now: datetime, reason: str) -> None:
-    ToolCall.objects.filter(id__in=call_ids, status=CallStatus.PENDING_APPROVAL).update(
+def _expire_call(call_id, now: datetime, reason: str) -> None:
+    ToolCall.objects.filter(id=call_id, status=CallStatus.PENDING_APPROVAL).update(
         status=CallStatus.EXPIRED, decided_by="timeout", reason=reason, finished_at=now
     )
 
 
 @transaction.atomic
-def approval_expire(*, request: ApprovalRequest) -> ApprovalRequest:
-    """At the deadline: expire the request unless a decision got in first, and return how it ended."""
+def approval_expire(*, request: ApprovalRequest, waiter_gone: bool = False) -> ApprovalRequest:
+    """At the deadline: expire the request unless a decision got in first, and return how it ended.
+    A live waiter's chokepoint finishes the call itself; a call whose waiter is gone is finished here."""
     now = timezone.now()
-    reason = "Nobody decided before the deadline."
     expired = ApprovalRequest.objects.filter(pk=request.pk, status=Status.PENDING).update(
-        status=Status.EXPIRED, decided_at=now, decision_reason=reason
+        status=Status.EXPIRED, decided_at=now, decision_reason="Nobody decided before the deadline."
     )
     request = ApprovalRequest.objects.select_related("channel", "decided_by").get(pk=request.pk)
     if expired:
-        _expire_calls([request.call_id], now, timeout_reason(request.channel.approval_timeout_s))
+        if waiter_gone:
+            _expire_call(request.call_id, now, timeout_reason(request.channel.approval_timeout_s))
         _announce_outcome(request, None)
     return request
 
@@ -334,7 +341,7 @@ def approval_cancel(*, request_id: uuid.UUID) -> None:
     )
     if cancelled:
         request = ApprovalRequest.objects.get(pk=request_id)
-        _expire_calls([request.call_id], now, "The server stopped while the call awaited approval.")
+        _expire_call(request.call_id, now, "The server stopped while the call awaited approval.")
         _announce_outcome(request, None)
 
 
@@ -347,7 +354,7 @@ def approval_expire_overdue() -> int:
         )
     )
     for request_id in overdue:
-        approval_expire(request=ApprovalRequest(pk=request_id))
+        approval_expire(request=ApprovalRequest(pk=request_id), waiter_gone=True)
     return len(overdue)
 
 
