@@ -189,7 +189,7 @@ class Interceptor:
         if main_document:
             tab.navigation_requested()
         try:
-            await self._fetch_and_fulfil(route, request, entry, tab if main_document else None)
+            await self._fetch_and_fulfil(route, request, entry)
         except SsrfBlocked as exc:
             self.log.finish(entry, "blocked", rule=exc.rule, reason=str(exc))
             await _quietly(route.abort("blockedbyclient"))
@@ -213,7 +213,7 @@ class Interceptor:
             if main_document:
                 tab.navigation_answered(entry)
 
-    async def _fetch_and_fulfil(self, route: Route, request: Request, entry: NetworkEntry, tab: Any) -> None:
+    async def _fetch_and_fulfil(self, route: Route, request: Request, entry: NetworkEntry) -> None:
         client, guard = self.client, self.guard
         if client is None or guard is None:
             raise SsrfBlocked("unpinned", request.url, why="no allow list has been set for this browser session")
@@ -248,8 +248,6 @@ class Interceptor:
                 target = str(response.url.join(location))
                 guard.check(target)
                 self.log.finish(entry, "redirected", status=response.status_code, redirected_to=target)
-                if tab is not None:
-                    tab.redirect_to = target
                 await route.fulfill(
                     status=200,
                     headers={**_response_headers(response, keep_cookies=True), "content-type": "text/html"},

@@ -51,8 +51,7 @@ class Tab:
     answered: int = 0
     last_outcome: str = ""
     last_entry: Any = None
-    commits: int = 0
-    redirect_to: str | None = None
+    committed: int = 0
     cdp: CDPSession | None = None
 
     def navigation_requested(self) -> None:
@@ -207,7 +206,8 @@ class BrowserSession:
 
     def _navigated(self, tab: Tab, frame: Any) -> None:
         if frame.parent_frame is None:
-            tab.commits += 1
+            # The document now shown answers every navigation requested so far.
+            tab.committed = tab.requested
 
     def _console_add(self, tab: Tab, kind: str, text: str, location: dict | None) -> None:
         self.console_seq += 1
@@ -294,7 +294,7 @@ class BrowserSession:
     async def act(self, tab: Tab, action: Callable[[], Awaitable[T]], *, settle: bool = True) -> T | None:
         """Run an action on a tab; a dialog it opens ends the wait (the action finishes once the dialog is answered)."""
         tab.ensure_no_dialog()
-        mark = (tab.requested, tab.commits)
+        mark = tab.requested
         tab.dialog_opened.clear()
         task = asyncio.ensure_future(action())
         opened = asyncio.ensure_future(tab.dialog_opened.wait())
@@ -311,34 +311,34 @@ class BrowserSession:
             await self.settle(tab, mark, grace=True)
         return result
 
-    async def settle(self, tab: Tab, mark: tuple[int, int], *, grace: bool) -> None:
-        """Wait for a navigation the action started to load, following redirect interstitials to the final page."""
+    async def settle(self, tab: Tab, mark: int, *, grace: bool) -> None:
+        """Wait for a navigation requested since `mark` to load, following redirect interstitials to the final page."""
         if grace and tab.dialog is None:
             # An error means the document went away: a navigation started, which is what we look for.
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(tab.page.evaluate(SETTLE_SCRIPT), 0.5)
-        requested, commits = mark
+        seen = mark
         timeout_s = NAVIGATION_TIMEOUT_MS / 1000
         for _ in range(MAX_REDIRECTS + 2):
-            if tab.requested == requested or tab.dialog is not None:
+            if tab.requested == seen or tab.dialog is not None:
                 return
             if not await _until(lambda: tab.answered >= tab.requested, timeout_s):
                 raise BrowserError("timeout", f"The page in tab {tab.id} did not answer within {timeout_s:g} s.")
+            seen = tab.requested
             if tab.last_outcome not in ("ok", "redirected"):
                 return
-            if not await _until(lambda c=commits: tab.commits > c or tab.dialog is not None, timeout_s):
+            if not await _until(lambda s=seen: tab.committed >= s or tab.dialog is not None, timeout_s):
                 return
             await tab.page.wait_for_load_state("load")
-            if tab.redirect_to is None:
+            if tab.last_outcome != "redirected":
                 return
-            tab.redirect_to = None
-            requested, commits = tab.requested, tab.commits
-            await _until(lambda r=requested: tab.requested > r, 2.0)
+            # The redirect's interstitial replaces itself once loaded: its successor's request follows at once.
+            await _until(lambda s=seen: tab.requested > s, 2.0)
 
     async def goto(self, tab: Tab, url: str) -> dict[str, Any]:
         """Navigate and follow redirects; a blocked or failed navigation is an error naming why."""
         tab.ensure_no_dialog()
-        mark = (tab.requested, tab.commits)
+        mark = tab.requested
         failure: Exception | None = None
         try:
             await tab.page.goto(url, wait_until="load")
@@ -350,9 +350,9 @@ class BrowserSession:
         return await self.state(tab)
 
     @staticmethod
-    def navigation_check(tab: Tab, mark: tuple[int, int], failure: Exception | None) -> None:
+    def navigation_check(tab: Tab, mark: int, failure: Exception | None) -> None:
         """After a navigation since `mark`: the engine's refusal, a failed fetch, or the browser's own error."""
-        entry = tab.last_entry if tab.requested > mark[0] else None
+        entry = tab.last_entry if tab.requested > mark else None
         if entry is not None and entry.outcome == "blocked":
             raise BrowserError(
                 "ssrf_blocked", entry.reason or f"{entry.url} was refused", url=entry.url, rule=entry.rule or ""

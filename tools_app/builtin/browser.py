@@ -172,7 +172,7 @@ class BrowserNavigate(BrowserTool):
         tab = _page_tab(session, args)
         if args.url is not None:
             return await session.goto(tab, _url_check(args.url))
-        mark = (tab.requested, tab.commits)
+        mark = tab.requested
         move = {"back": tab.page.go_back, "forward": tab.page.go_forward, "reload": tab.page.reload}[args.action]
         failure = None
         try:
@@ -183,7 +183,7 @@ class BrowserNavigate(BrowserTool):
             await session.settle(tab, mark, grace=False)
         session.navigation_check(tab, mark, failure)
         state = await session.state(tab)
-        if response is None and args.action != "reload" and tab.requested == mark[0]:
+        if response is None and args.action != "reload" and tab.requested == mark:
             state["note"] = f"There was no page to go {args.action} to."
         return state
 
