@@ -2,7 +2,6 @@
 
 import asyncio
 import inspect
-import os
 import subprocess
 import sys
 import time
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.db import connections
 
 from tools_app.builtin import builtin_tools
 from tools_app.chokepoint.registry import ToolRegistry
@@ -134,5 +134,6 @@ async def eventually(predicate, timeout: float = 20.0, interval: float = 0.05, w
         await asyncio.sleep(interval)
 
 
-def env_without_django() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+async def db_release() -> None:
+    """Close the connections the async ORM opened in asgiref's worker thread, so the test database can be dropped."""
+    await sync_to_async(connections.close_all)()

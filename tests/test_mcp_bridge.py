@@ -9,6 +9,7 @@ from tests.conftest import make_cast
 from tests.mcp_support import (
     HttpPeer,
     bridge_open,
+    db_release,
     eventually,
     everything_row,
     peer_row,
@@ -33,6 +34,7 @@ async def bridge(mcp_cast):
     opened = await bridge_open()
     yield opened
     await opened.manager.stop()
+    await db_release()
 
 
 @pytest.fixture

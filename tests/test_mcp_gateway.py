@@ -15,12 +15,18 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import make_cast
-from tests.mcp_support import PY, ROOT, node_bin, raw_row
+from tests.mcp_support import PY, ROOT, db_release, node_bin, raw_row
 from tools_app.models import McpServer, Scope, ToolCall, ToolPermission
 
 
 @pytest.fixture
-def live(daphne_server):
+async def _release_db():
+    yield
+    await db_release()
+
+
+@pytest.fixture
+def live(daphne_server, _release_db):
     cast = make_cast()
     ToolPermission.objects.create(scope=Scope.CHANNEL, channel=cast.ops, pattern="note_write", action="deny")
     daphne_server.cast = cast

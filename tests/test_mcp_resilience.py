@@ -10,7 +10,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from tests.conftest import make_cast
-from tests.mcp_support import HttpPeer, bridge_open, eventually, peer_row, raw_row, server_add
+from tests.mcp_support import HttpPeer, bridge_open, db_release, eventually, peer_row, raw_row, server_add
 from tools_app.models import McpServer, Scope, ToolPermission
 
 
@@ -26,6 +26,7 @@ async def bridge(mcp_cast):
     opened = await bridge_open(connect_timeout=3.0)
     yield opened
     await opened.manager.stop()
+    await db_release()
 
 
 @pytest.fixture
