@@ -246,15 +246,19 @@ async def test_upload_from_the_workspace_only(drive, runtime, server):
     (workspace / "picture.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 32)
     (workspace / "escape").unlink(missing_ok=True)
     (workspace / "escape").symlink_to("/etc/hostname")
+    for name in ("original.bin", "linked"):
+        (workspace / name).unlink(missing_ok=True)
+    (workspace / "original.bin").write_bytes(b"twice named")
+    os.link(workspace / "original.bin", workspace / "linked")
 
     await drive.ok("browser_open", url=server.url("/upload.html"))
     page = await snap(drive)
     attachment = ref_of(page, "button", "Attachment")
     uploaded = await drive.ok("browser_upload", ref_id=attachment, paths=["docs/report.txt", "picture.png"])
     assert [u["bytes"] for u in uploaded["uploaded"]] == [17, 40]
-    for bad, code in (("../x", "path_refused"), ("/etc/passwd", "path_refused"), ("escape", "path_refused")):
+    for bad in ("../x", "/etc/passwd", "escape", "linked"):
         refused = await drive("browser_upload", ref_id=attachment, paths=[bad])
-        assert refused.error.code == code, bad
+        assert refused.error.code == "path_refused", bad
     assert (await drive("browser_upload", ref_id=attachment, paths=["nope.txt"])).error.code == "file_not_found"
     await drive.ok("browser_click", ref_id=ref_of(page, "button", "Send"))
     result = await snap(drive)

@@ -195,6 +195,9 @@ def upload_read(workspace: Path, path: str) -> tuple[str, bytes]:
                 info = os.fstat(fd)
                 if not stat.S_ISREG(info.st_mode):
                     raise BrowserError("path_refused", f"{path!r} is not a plain file.")
+                if info.st_nlink != 1:
+                    # Another name for the same file may live outside the workspace.
+                    raise BrowserError("path_refused", f"{path!r} has other hard links; copy it instead.")
                 if info.st_size > MAX_UPLOAD_BYTES:
                     raise BrowserError("too_large", f"{path!r} is larger than {MAX_UPLOAD_BYTES} bytes.")
                 chunks, size = [], 0
