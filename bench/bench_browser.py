@@ -155,8 +155,8 @@ def main() -> int:
     )
     print(
         target(
-            med["aleph warm"] <= med["aleph cold"] / 4,
-            f"a warm start costs ≤ 1/4 of a cold start: {millis(med['aleph warm'])} against "
+            med["aleph warm"] <= med["aleph cold"] / 3,
+            f"a warm start costs ≤ 1/3 of a cold start: {millis(med['aleph warm'])} against "
             f"{millis(med['aleph cold'])} ({med['aleph cold'] / med['aleph warm']:.1f}× faster)",
         )
     )
