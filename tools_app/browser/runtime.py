@@ -347,7 +347,8 @@ class BrowserRuntime:
             self._bindings.pop(who, None)
         else:
             self._bindings[who] = name
-        return await self._session(who)
+        async with self._lock:
+            return await self._session(who)
 
     async def profile_save(self, session: BrowserSession) -> int:
         if not session.profile:
