@@ -12,6 +12,8 @@ urlpatterns = [
     path("mcp/servers/", include("tools_app.mcp.urls")),
     path("api/v1/approvals/", include("approvals_app.api_urls")),
     path("approvals/", include("approvals_app.urls")),
+    path("api/v1/ledger/", include("ledger_app.api_urls")),
+    path("ledger/", include("ledger_app.urls")),
     path("browser/", include("tools_app.browser.urls")),
 ]
 

@@ -77,7 +77,8 @@ class LedgerEntry(models.Model):
             models.Index(fields=["agent", "outcome", "seq"], name="ledger_by_outcome"),
             models.Index(fields=["agent", "tool", "seq"], name="ledger_by_tool"),
             models.Index(fields=["agent", "principal", "seq"], name="ledger_by_principal"),
-            models.Index(fields=["agent", "time"], name="ledger_by_time"),
+            # Time filters, and the hourly chart counts outcomes from the index alone.
+            models.Index(fields=["agent", "time", "outcome"], name="ledger_by_time_outcome"),
         ]
 
     def __str__(self) -> str:
