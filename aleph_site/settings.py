@@ -235,3 +235,16 @@ if not _browser_idle.replace(".", "", 1).isdigit() or float(_browser_idle) <= 0:
 ALEPH_BROWSER_IDLE_S = float(_browser_idle)
 # The channel an MCP client's calls run in when it names none (X-Aleph-Channel header, ?channel=, --channel).
 ALEPH_MCP_CHANNEL = os.environ.get("ALEPH_MCP_CHANNEL", "").strip()
+
+
+def _public_url() -> str:
+    host = f"[{BIND_HOST}]" if ":" in BIND_HOST else BIND_HOST
+    raw = os.environ.get("ALEPH_PUBLIC_URL", "").strip().rstrip("/") or f"http://{host}:{BIND_PORT}"
+    parts = urlparse(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path or parts.query:
+        raise ImproperlyConfigured(f"ALEPH_PUBLIC_URL must look like https://aleph.example.com, not {raw!r}")
+    return raw
+
+
+# Where people's browsers reach this gateway (an MCP server's OAuth login returns there).
+ALEPH_PUBLIC_URL = _public_url()

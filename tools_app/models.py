@@ -293,6 +293,8 @@ class McpServer(models.Model):
     last_error = models.TextField(blank=True, editable=False)
     capabilities = models.JSONField(default=dict, blank=True, editable=False)
     connected_since = models.DateTimeField(null=True, blank=True, editable=False)
+    oauth = models.BinaryField(default=b"", blank=True, editable=False, help_text="OAuth tokens, encrypted.")
+    oauth_pending = models.JSONField(default=dict, blank=True, editable=False, help_text="A login in progress.")
     changed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from mcp.shared.exceptions import MCPError
 from pydantic import Field
 
-from ..chokepoint.base import READ_ONLY, ToolArgs, ToolContext, ToolFacts, ToolResult, TypedTool, UntypedTool
+from ..chokepoint.base import MUTATING, READ_ONLY, ToolArgs, ToolContext, ToolFacts, ToolResult, TypedTool, UntypedTool
 from .config import ServerSpec
 from .naming import facts_from_annotations, mcp_tool_name, prefixed_resolve, schema_problem
 
@@ -89,7 +89,7 @@ def catalog_build(
     collisions: list[Collision] = []
     capabilities = {cap for _, connection in connected for cap in connection.capabilities}
     for cls in BRIDGE_TOOLS:
-        if cls.capability in capabilities:
+        if cls.capability in capabilities or (cls.capability == "login" and needs_login):
             tools[cls.name] = cls(manager=manager)
     for spec, connection in connected:
         for remote in sorted(connection.tools, key=lambda tool: tool.name):
@@ -270,11 +270,40 @@ class PromptGet(BridgeTool):
         return ToolResult.ok({"server": server, **_dump(result)})
 
 
+class Login(BridgeTool):
+    name = "mcp_login"
+    description = (
+        "Start the OAuth login an MCP server asks for. Returns the address a person opens to sign in and allow "
+        "access; Aleph connects to the server by itself once they have."
+    )
+    capability = "login"
+    facts = MUTATING
+
+    class Args(ToolArgs):
+        server: str = Field(min_length=1, max_length=64)
+        """The MCP server that needs a login (its status on the MCP servers page says so)."""
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolResult:
+        url, problem = await self.manager.login(server=args.server)
+        if problem == "connected":
+            return ToolResult.ok({"server": args.server, "status": "connected"})
+        if url is None:
+            return ToolResult.fail("mcp_login_unavailable", problem)
+        return ToolResult.ok(
+            {
+                "server": args.server,
+                "authorize_url": url,
+                "message": f"Open this address, sign in and allow access; Aleph then connects to {args.server}.",
+            }
+        )
+
+
 BRIDGE_TOOLS: tuple[type[BridgeTool], ...] = (
     ResourcesList,
     ResourceTemplatesList,
     ResourceRead,
     PromptsList,
     PromptGet,
+    Login,
 )
 BRIDGE_TOOL_NAMES = frozenset(cls.name for cls in BRIDGE_TOOLS)

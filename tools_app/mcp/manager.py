@@ -34,6 +34,7 @@ from ..chokepoint.base import BaseTool, ToolResult
 from ..models import McpStatus
 from .bridge import Catalog, catalog_build
 from .config import ServerSpec, specs_load, status_store
+from .oauth import oauth_provider
 from .transport import HttpClientFactory, Watch, stderr_path, tail, transport_open
 
 logger = logging.getLogger(__name__)
@@ -72,6 +73,8 @@ class Entry:
     task: asyncio.Task | None = None
     order: int = 0
     watch: Watch | None = None
+    login: asyncio.Future | None = None  # (authorize URL or None, problem) once the login attempt knows
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class McpManager:
@@ -251,9 +254,12 @@ class McpManager:
             entry.connected_since = None
             login = entry.spec.transport == "http" and entry.needs_login
             await self._set_status(entry, McpStatus.NEEDS_LOGIN if login else McpStatus.ERROR, error)
+            _settle(entry.login, None, error)
             if time.monotonic() - started > self.backoff_max:
                 delay = self.backoff_min
-            await asyncio.sleep(delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(entry.wake.wait(), delay)  # a login request cuts the wait short
+            entry.wake.clear()
             delay = min(delay * 2, self.backoff_max)
             await self._set_status(entry, McpStatus.CONNECTING, entry.last_error)
 
@@ -269,9 +275,17 @@ class McpManager:
             if isinstance(message, ToolListChangedNotification):
                 entry.refresh.set()
 
+        auth = None
+        if spec.transport == "http":
+            login = entry.login if entry.login is not None and not entry.login.done() else None
+
+            async def on_authorize(url: str) -> None:
+                _settle(login, url, "")
+
+            auth = oauth_provider(name=spec.name, url=spec.url, on_authorize=on_authorize if login else None)
         with log_path.open("w") as errlog:
             transport = transport_open(
-                spec=spec, watch=watch, http_client_factory=self.http_client_factory, errlog=errlog
+                spec=spec, watch=watch, http_client_factory=self.http_client_factory, errlog=errlog, auth=auth
             )
             client = Client(
                 transport,
@@ -304,6 +318,8 @@ class McpManager:
             )
             entry.connected_since = timezone.now()
             watch.on_garbage = None
+            _settle(entry.login, None, "connected")
+            entry.login = None
             await self._set_status(entry, McpStatus.CONNECTED, "")
             await self._watch(entry, client, watch)
 
@@ -477,6 +493,27 @@ class McpManager:
         except MCPUnavailable as exc:
             return ToolResult.fail("not_configured", str(exc))
 
+    async def login(self, *, server: str, wait: float = 30.0) -> tuple[str | None, str]:
+        """Start an OAuth login for `server`: (the address a person opens, "") or (None, why there is none)."""
+
+        async def work() -> tuple[str | None, str]:
+            entry = self._entries.get(server)
+            if entry is None:
+                return None, f"No enabled MCP server is named {server!r}."
+            if entry.spec.transport != "http":
+                return None, f"MCP server {server} runs over stdio: it has no login."
+            if entry.connection is not None:
+                return None, "connected"
+            if entry.login is None or entry.login.done():
+                entry.login = asyncio.get_running_loop().create_future()
+                entry.wake.set()
+            try:
+                return await asyncio.wait_for(asyncio.shield(entry.login), wait)
+            except TimeoutError:
+                return None, f"MCP server {server} did not offer a login within {wait:g} s."
+
+        return await self.on_loop(work)
+
     async def session_request(
         self, *, server: str, request: Callable[[Client], Awaitable[T]], timeout: float | None = None
     ) -> T:
@@ -493,6 +530,11 @@ class McpManager:
 
 class MCPUnavailable(Exception):
     pass
+
+
+def _settle(login: asyncio.Future | None, url: str | None, problem: str) -> None:
+    if login is not None and not login.done():
+        login.set_result((url, problem))
 
 
 async def _raw_listing(client: Client, cursor: str | None) -> dict[str, Any]:

@@ -62,7 +62,7 @@ class GuardedTransport(httpx2.AsyncBaseTransport):
 def guarded_http_client_factory(outbound: Outbound) -> Any:
     """The manager's HTTP client factory: the global allow list plus the server's own admin-approved entries."""
 
-    async def factory(spec: ServerSpec) -> httpx2.AsyncClient:
+    async def factory(spec: ServerSpec, auth: httpx2.Auth | None) -> httpx2.AsyncClient:
         allow = await outbound.allow_list()
         own = AllowList.parse(spec.network_allow, skip_invalid=True)
         inner = outbound.client(allow=AllowList((*allow.entries, *own.entries)), follow_redirects=False)
@@ -70,6 +70,7 @@ def guarded_http_client_factory(outbound: Outbound) -> Any:
             transport=GuardedTransport(inner),
             timeout=httpx2.Timeout(30, read=300),
             headers=dict(spec.headers),
+            auth=auth,
             trust_env=False,
         )
 

@@ -16,8 +16,9 @@ from pydantic import ValidationError
 
 from .config import ServerSpec
 
-# The HTTP client for one server, built by the outbound guard (see outbound.py); none means HTTP servers stay off.
-HttpClientFactory = Callable[[ServerSpec], Awaitable[httpx2.AsyncClient]]
+# The HTTP client for one server (with its OAuth flow, if any), built by the outbound guard (see outbound.py);
+# none means HTTP servers stay off.
+HttpClientFactory = Callable[[ServerSpec, httpx2.Auth | None], Awaitable[httpx2.AsyncClient]]
 
 
 class GuardMissing(RuntimeError):
@@ -92,13 +93,18 @@ async def watched(inner: Any, watch: Watch) -> AsyncIterator[tuple[Any, Any]]:
 
 @contextlib.asynccontextmanager
 async def transport_open(
-    *, spec: ServerSpec, watch: Watch, http_client_factory: HttpClientFactory | None, errlog: TextIO
+    *,
+    spec: ServerSpec,
+    watch: Watch,
+    http_client_factory: HttpClientFactory | None,
+    errlog: TextIO,
+    auth: httpx2.Auth | None = None,
 ) -> AsyncIterator[tuple[Any, Any]]:
     """The (read, write) stream pair to `spec`'s server, for exactly as long as the block runs."""
     if spec.transport == "http":
         if http_client_factory is None:
             raise GuardMissing("HTTP MCP servers are reached only through the outbound guard, and none is configured.")
-        client = await http_client_factory(spec)
+        client = await http_client_factory(spec, auth)
 
         async def note_unauthorized(response: httpx2.Response) -> None:
             if response.status_code == 401:

@@ -6,4 +6,5 @@ app_name = "mcp"
 
 urlpatterns = [
     path("", views.servers, name="servers"),
+    path("oauth/callback/", views.oauth_callback, name="oauth-callback"),
 ]

@@ -8,6 +8,7 @@ from ..gateway import gateway
 from ..models import McpServer
 from ..services import person_roles
 from .config import ServerSpec
+from .oauth import mcp_login_complete
 from .wiring import mcp_manager_of
 
 BADGES = {"connected": "ok", "connecting": "warn", "disabled": "", "error": "bad", "needs_login": "warn"}
@@ -50,3 +51,11 @@ def servers(request):
             "is_admin": "admin" in person_roles(request.user),
         },
     )
+
+
+def oauth_callback(request):
+    """Where an authorization server sends the browser back: the state names the login, and so the server."""
+    error = request.GET.get("error_description") or request.GET.get("error", "")
+    name = mcp_login_complete(state=request.GET.get("state", ""), code=request.GET.get("code", ""), error=error)
+    context = {"server": name, "error": error}
+    return render(request, "mcp/oauth_callback.html", context, status=200 if name else 400)
