@@ -96,9 +96,9 @@ class ServerSpec:
 
 def specs_load() -> list[ServerSpec]:
     """The enabled servers' specs; a disabled server's stored status says so, whichever process noticed first."""
-    McpServer.objects.filter(enabled=False).exclude(status="disabled").update(
-        status="disabled", connected_since=None, capabilities={}
-    )
+    stale = McpServer.objects.filter(enabled=False).exclude(status="disabled")
+    if stale.exists():  # a read on every poll; a write only when there is something to write
+        stale.update(status="disabled", connected_since=None, capabilities={})
     return [ServerSpec.from_row(row) for row in McpServer.objects.filter(enabled=True).order_by("name")]
 
 

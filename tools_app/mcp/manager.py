@@ -198,11 +198,9 @@ class McpManager:
         while True:
             self._changed.clear()
             try:
-                specs = await sync_to_async(self.specs_loader)()
-            except Exception:
+                self._reconcile(await sync_to_async(self.specs_loader)())
+            except Exception:  # the database being away for a moment must not stop the manager for good
                 logger.exception("MCP manager: reading the configured servers failed; keeping the current set")
-            else:
-                self._reconcile(specs)
             self._first_load_done = True
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), self.poll_seconds)
