@@ -10,6 +10,7 @@ import httpx2
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection
+from django.test import Client as DjangoClient
 from mcp import Client, MCPError
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -224,6 +225,17 @@ async def test_bridged_mcp_tools_are_served_back_out_and_reported_in_health(live
         assert "round trip" in result.content[0].text
     stored = await McpServer.objects.aget(name="raw")
     assert stored.status == "connected"
+    # The MCP servers page on the same daphne shows the live state: tools, the quarantined one, the clash.
+    browser = DjangoClient()
+    await sync_to_async(browser.force_login)(cast.operator.user)
+    session = {"sessionid": browser.cookies["sessionid"].value}
+    async with httpx.AsyncClient(base_url=live.url, cookies=session, timeout=30) as signed_in:
+        page = await signed_in.get("/mcp/servers/")
+    assert page.status_code == 200
+    html = page.text
+    assert 'data-status="connected"' in html and "raw__ok_tool" in html
+    assert "bad_schema" in html and "type &#x27;array&#x27;" in html  # quarantined, with the reason
+    assert "raw__a_b" in html and "raw:a.b" in html  # the clash and who holds the name
 
 
 async def test_a_call_needing_approval_completes_after_an_operator_approves_over_rest(live):
