@@ -1,5 +1,5 @@
 """Live approvals: card fan-out to 10/100/500 operator sockets against a bare `websockets` broadcast, and the cost
-of 200 parked calls to GET tools/ — one daphne, one run."""
+of 200 parked calls to GET tools/ against an idle twin process sampled in turn — one run."""
 
 from __future__ import annotations
 
@@ -17,11 +17,10 @@ from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FLEETS = ((10, 20), (100, 20), (500, 10))  # (sockets, rounds)
-MEMORY_SOCKETS = 500
+FLEETS = ((500, 8), (100, 30), (10, 20))  # (sockets, rounds); memory is read while the 500 connect
 PARKED = 200
-GET_WARMUP = 40
-GET_SAMPLES = 400
+GET_WARMUP = 30
+GET_SAMPLES = 300
 CONNECT_BATCH = 50
 ROUND_TIMEOUT_S = 20
 
@@ -67,6 +66,34 @@ def spawn(args: list[str], env: dict[str, str], listener: socket.socket, log: Pa
             stdout=handle,
             stderr=subprocess.STDOUT,
         )
+
+
+class Server:
+    """A daphne subprocess on a socket bound here first, so its port is known and nobody else's."""
+
+    def __init__(self, name: str, env: dict[str, str], data_dir: Path):
+        self.listener = listening_socket()
+        self.port = self.listener.getsockname()[1]
+        self.base = f"http://127.0.0.1:{self.port}"
+        args = ["-m", "daphne", "--fd", str(self.listener.fileno()), "aleph_site.asgi:application"]
+        self.process = spawn(args, env, self.listener, data_dir / f"daphne-{name}.log")
+
+    def wait_ready(self) -> None:
+        import httpx
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.base}/api/v1/health/", timeout=2, trust_env=False).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError(f"daphne on {self.base} did not start")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+        self.listener.close()
 
 
 def rss_kb(pid: int) -> int:
@@ -200,14 +227,13 @@ async def park(http, base: str, agent: str, text: str) -> dict:
     return response.json()
 
 
-async def fan_out(http, base, ws_uri, origin, bare_uri, setup, sockets, rounds) -> dict:
-    aleph, bare = Fleet(), Fleet()
-    await aleph.open(sockets, ws_uri, origin, {"Cookie": setup["cookie"]}, "approval.snapshot")
-    await bare.open(sockets, bare_uri, None, {}, None)
+async def fan_out(http, base, aleph, bare_uri, setup, rounds) -> dict:
+    bare = Fleet()
+    await bare.open(len(aleph.connections), bare_uri, None, {}, None)
     aleph_samples, bare_samples, card = [], [], None
     for index in range(rounds):
         aleph.expect('"approval.requested"')
-        await park(http, base, setup["agent"], f"round {index} of {sockets}")
+        await park(http, base, setup["agent"], f"round {index} of {len(aleph.connections)}")
         last = await aleph.wait_all()
         card = json.loads(aleph.first_text)["request"]
         aleph_samples.append(last - datetime.fromisoformat(card["created_at"]).timestamp())
@@ -224,62 +250,62 @@ async def fan_out(http, base, ws_uri, origin, bare_uri, setup, sockets, rounds) 
         await bare.connections[0].send("go " + json.dumps(card))
         last = await bare.wait_all()
         bare_samples.append(last - json.loads(bare.first_text)["sent_at"])
-    await aleph.close()
     await bare.close()
     return {"aleph": aleph_samples, "bare": bare_samples}
 
 
-async def get_latencies(http, base: str, agent: str) -> list[float]:
+async def get_latencies(http, idle_base: str, parked_base: str, agent: str) -> tuple[list[float], list[float]]:
+    """The same request to the idle and the parked process in turn, so both see the same machine at the same time."""
     headers = {"Authorization": f"Bearer {agent}"}
-    samples = []
+    samples: dict[str, list[float]] = {idle_base: [], parked_base: []}
     for index in range(GET_WARMUP + GET_SAMPLES):
-        started = time.perf_counter()
-        response = await http.get(f"{base}/api/v1/tools/?channel=ops", headers=headers)
-        elapsed = time.perf_counter() - started
-        assert response.status_code == 200, response.text
-        if index >= GET_WARMUP:
-            samples.append(elapsed)
-    return samples
+        for base in (idle_base, parked_base) if index % 2 else (parked_base, idle_base):
+            started = time.perf_counter()
+            response = await http.get(f"{base}/api/v1/tools/?channel=ops", headers=headers)
+            elapsed = time.perf_counter() - started
+            assert response.status_code == 200, response.text
+            if index >= GET_WARMUP:
+                samples[base].append(elapsed)
+    return samples[idle_base], samples[parked_base]
 
 
-async def measure(base: str, port: int, bare_port: int, daphne_pid: int, setup: dict) -> dict:
+async def measure(cards: Server, idle: Server, parked: Server, bare_port: int, setup: dict) -> dict:
     import httpx
 
-    ws_uri, origin, bare_uri = f"ws://127.0.0.1:{port}/ws/approvals/", base, f"ws://127.0.0.1:{bare_port}/"
+    ws_uri, bare_uri = f"ws://127.0.0.1:{cards.port}/ws/approvals/", f"ws://127.0.0.1:{bare_port}/"
+    operator = {"Cookie": setup["cookie"]}
     results: dict = {"fleets": {}}
-    async with httpx.AsyncClient(timeout=30, trust_env=False) as http:
-        # Memory: RSS of the daphne process with one socket, then with MEMORY_SOCKETS.
-        fleet = Fleet()
-        await fleet.open(1, ws_uri, origin, {"Cookie": setup["cookie"]}, "approval.snapshot")
-        await asyncio.sleep(0.5)
-        before = rss_kb(daphne_pid)
-        await fleet.open(MEMORY_SOCKETS - 1, ws_uri, origin, {"Cookie": setup["cookie"]}, "approval.snapshot")
-        await asyncio.sleep(0.5)
-        after = rss_kb(daphne_pid)
-        results["memory_kb_per_socket"] = (after - before) / (MEMORY_SOCKETS - 1)
-        results["rss_kb"] = (before, after)
-        await fleet.close()
-
+    async with httpx.AsyncClient(timeout=60, trust_env=False) as http:
         for sockets, rounds in FLEETS:
-            results["fleets"][sockets] = await fan_out(http, base, ws_uri, origin, bare_uri, setup, sockets, rounds)
+            fleet = Fleet()
+            await fleet.open(1, ws_uri, cards.base, operator, "approval.snapshot")
+            await asyncio.sleep(0.5)
+            before = rss_kb(cards.process.pid)
+            await fleet.open(sockets - 1, ws_uri, cards.base, operator, "approval.snapshot")
+            await asyncio.sleep(0.5)
+            if "rss_kb" not in results:
+                after = rss_kb(cards.process.pid)
+                results["rss_kb"] = (before, after, sockets)
+            results["fleets"][sockets] = await fan_out(http, cards.base, fleet, bare_uri, setup, rounds)
+            await fleet.close()
 
-        results["idle"] = await get_latencies(http, base, setup["agent"])
         for start in range(0, PARKED, 10):
-            await asyncio.gather(*(park(http, base, setup["agent"], f"parked {n}") for n in range(start, start + 10)))
+            batch = range(start, start + 10)
+            await asyncio.gather(*(park(http, parked.base, setup["agent"], f"parked {n}") for n in batch))
         listed = await http.get(
-            f"{base}/api/v1/approvals/?status=pending", headers={"Authorization": f"Bearer {setup['admin']}"}
+            f"{parked.base}/api/v1/approvals/?status=pending", headers={"Authorization": f"Bearer {setup['admin']}"}
         )
         results["parked_count"] = len(listed.json())
-        results["parked"] = await get_latencies(http, base, setup["agent"])
+        results["idle"], results["parked"] = await get_latencies(http, idle.base, parked.base, setup["agent"])
     return results
 
 
 def report(results: dict, layer: str) -> None:
     print("## Approvals: live cards to operator sockets, and parked calls\n")
-    print(f"One daphne process, SQLite, channel layer `{layer}`; latency = call parked (request row stamped) → card")
-    print("received by the last connected socket; bare = `websockets.broadcast` from a bare server, same clients.\n")
+    print(f"daphne on SQLite, channel layer `{layer}`. Latency = call parked (request row stamped) → card received by")
+    print("the last connected socket; bare = `websockets.broadcast` from a bare server to as many clients, same run.\n")
     rows = []
-    for sockets, samples in results["fleets"].items():
+    for sockets, samples in sorted(results["fleets"].items()):
         aleph, bare = samples["aleph"], samples["bare"]
         rows.append(
             [
@@ -293,10 +319,13 @@ def report(results: dict, layer: str) -> None:
             ]
         )
     print(table(["sockets", "rounds", "Aleph p50", "Aleph p90", "bare p50", "bare p90", "p90 ratio"], rows))
-    before, after = results["rss_kb"]
-    per_socket = results["memory_kb_per_socket"]
-    print(f"\nMemory: daphne RSS {before / 1024:.1f} MiB with 1 socket, {after / 1024:.1f} MiB with {MEMORY_SOCKETS}: ")
+    before, after, sockets = results["rss_kb"]
+    per_socket = (after - before) / (sockets - 1)
+    print(
+        f"\nMemory: daphne RSS {before / 1024:.1f} MiB with 1 socket, {after / 1024:.1f} MiB with {sockets}: ", end=""
+    )
     print(f"{per_socket:.1f} KB per connection.\n")
+    print("GET tools/ sampled in turn from two twin daphne processes, one idle and one holding the parked calls:\n")
     idle, parked = results["idle"], results["parked"]
     print(
         table(
@@ -342,37 +371,24 @@ def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
     setup = prepare(data_dir)
     env = {**os.environ}
-    listener, bare_listener = listening_socket(), listening_socket()
-    daphne = spawn(
-        ["-m", "daphne", "--fd", str(listener.fileno()), "aleph_site.asgi:application"],
-        env,
-        listener,
-        data_dir / "daphne.log",
-    )
+    servers = [Server(name, env, data_dir) for name in ("cards", "idle", "parked")]
+    bare_listener = listening_socket()
     bare = spawn(
         ["-m", "bench.bench_approvals", "--bare", str(bare_listener.fileno())],
         env,
         bare_listener,
         data_dir / "bare.log",
     )
-    port, bare_port = listener.getsockname()[1], bare_listener.getsockname()[1]
-    base = f"http://127.0.0.1:{port}"
     try:
-        import httpx
-
-        for _ in range(300):
-            try:
-                if httpx.get(f"{base}/api/v1/health/", timeout=2, trust_env=False).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        results = asyncio.run(measure(base, port, bare_port, daphne.pid, setup))
+        for server in servers:
+            server.wait_ready()
+        results = asyncio.run(measure(*servers, bare_listener.getsockname()[1], setup))
         report(results, setup["layer"])
     finally:
-        for process in (daphne, bare):
-            process.terminate()
-            process.wait(timeout=10)
-        listener.close()
+        for server in servers:
+            server.stop()
+        bare.terminate()
+        bare.wait(timeout=10)
         bare_listener.close()
         shutil.rmtree(data_dir, ignore_errors=True)
     return 0
