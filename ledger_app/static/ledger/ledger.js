@@ -19,7 +19,8 @@
       badge.className = "badge lg-verified";
       badge.textContent = "verified";
     } else {
-      line.textContent = "Broken: " + report.breaks.length + " kinds of break found.";
+      const kinds = report.breaks.length;
+      line.textContent = "Broken: " + kinds + (kinds === 1 ? " kind" : " kinds") + " of break found; the first of each:";
       badge.className = "badge lg-broken";
       badge.textContent = "broken at seq " + report.breaks[0].seq;
       const list = document.createElement("ul");
