@@ -167,7 +167,7 @@ def _announce_outcome(request: ApprovalRequest, decider: str | None) -> None:
     kind = "approval.expired" if request.status == Status.EXPIRED else "approval.resolved"
     message = _event(kind, request, {"resolution": _resolution(request, decider)})
     wake = {"type": "approval.wake", "id": str(request.id)}
-    transaction.on_commit(lambda: _broadcast([(CARDS_GROUP, message), (WAKE_GROUP, wake)]))
+    transaction.on_commit(lambda: _broadcast([(WAKE_GROUP, wake), (CARDS_GROUP, message)]))
 
 
 # -- the request's life -------------------------------------------------------------------------
