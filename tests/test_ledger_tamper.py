@@ -305,3 +305,38 @@ def test_verify_without_an_agent_checks_every_chain_and_fails_if_any_breaks(chai
         forged_signature_bytes(builder, None)
     reports, ok = ledger_command("verify")
     assert not ok and {r["agent"]: r["ok"] for r in reports} == {"builder": False, "scout": True}
+
+
+def test_the_worked_example_in_the_format_document_verifies_with_both_verifiers(tmp_path, db):
+    import re
+
+    from tests.ledger_support import ROOT
+
+    text = (ROOT / "docs" / "ledger-format.md").read_text()
+    [block] = re.findall(r"```json\n(.*?)```", text, re.S)
+    export = tmp_path / "example.json"
+    export.write_text(block)
+    offline, code = run_script(export)
+    assert code == 0 and offline["ok"] and offline["entries"] == 2
+    from_file, ok = ledger_command("verify", "--file", str(export))
+    assert ok and from_file["ok"]
+    shown = re.findall(r"```\naleph-ledger/v1\n(.*?)\n```", text, re.S)
+    hashes = re.findall(r"^hash `([0-9a-f]{64})`", text, re.M)
+    assert len(shown) == 2 and [hashlib.sha256(TAG + s.encode()).hexdigest() for s in shown] == hashes
+    tampered = tmp_path / "tampered.json"
+    tampered.write_text(block.replace('"ops"', '"lab"'))
+    offline, code = run_script(tampered)
+    assert code == 1 and kinds(offline) == {("edited", 2)}
+
+
+def test_the_offline_script_refuses_what_is_not_an_export(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.ledger_support import SCRIPT
+
+    path = tmp_path / "not.json"
+    for text in ('{"format": "something-else", "version": 1}', "[1, 2]", "{not json"):
+        path.write_text(text)
+        done = subprocess.run([sys.executable, "-I", str(SCRIPT), str(path)], capture_output=True, text=True)
+        assert done.returncode == 2 and "unreadable export" in done.stderr

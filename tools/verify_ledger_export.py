@@ -89,7 +89,8 @@ if __name__ == "__main__":
             raise ValueError("not an aleph-ledger-export version 1 document")
         expect = [(int(args.expect_head.split(":")[0]), args.expect_head.split(":")[1])] if args.expect_head else []
     except (OSError, ValueError, IndexError) as exc:
-        sys.exit(f"unreadable export {args.export}: {exc}")
+        print(f"unreadable export {args.export}: {exc}", file=sys.stderr)
+        sys.exit(2)
     report = verify(doc, expect)
     print(json.dumps(report, indent=1, ensure_ascii=False))
     sys.exit(0 if report["ok"] else 1)
