@@ -19,8 +19,7 @@ from bench.report import median, micros, millis, percentile, table, target  # no
 from tools_app.command_policy import CommandPolicy  # noqa: E402
 from tools_app.sandbox import ExecRequest, WorkspaceSandbox, sandbox_probe  # noqa: E402
 
-ROUNDS = 5
-RUNS_PER_ROUND = 20
+STARTS = 150
 FLOOR_ROUNDS = 200
 CORPUS = Path(settings.BASE_DIR).parent / "shared" / "vectors" / "commands.tsv"
 TRUE = shutil.which("true") or "/bin/true"
@@ -55,7 +54,7 @@ def children_cpu() -> float:
 
 
 def measure_starts(variants: dict) -> tuple[dict[str, list[float]], dict[str, float]]:
-    """Every variant in every round, interleaved, so machine noise falls on all of them alike.
+    """One start of each variant in turn, STARTS times over, so bursts of other load fall on all of them alike.
 
     Wall time per start, and the CPU the started processes (setpriv, prlimit, bwrap, ...) used per start, which
     other load on the machine barely moves.
@@ -64,15 +63,14 @@ def measure_starts(variants: dict) -> tuple[dict[str, list[float]], dict[str, fl
     cpu: dict[str, float] = dict.fromkeys(variants, 0.0)
     for function in variants.values():
         function()
-    for _ in range(ROUNDS):
+    for _ in range(STARTS):
         for name, function in variants.items():
             cpu_before = children_cpu()
-            for _ in range(RUNS_PER_ROUND):
-                started = time.perf_counter()
-                function()
-                samples[name].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            function()
+            samples[name].append(time.perf_counter() - started)
             cpu[name] += children_cpu() - cpu_before
-    return samples, {name: total / (ROUNDS * RUNS_PER_ROUND) for name, total in cpu.items()}
+    return samples, {name: total / STARTS for name, total in cpu.items()}
 
 
 def corpus() -> list[str]:
@@ -110,7 +108,7 @@ def main() -> int:
 
     print("## Sandbox start overhead and floor check time\n")
     print(
-        f"`{TRUE}` started {ROUNDS * RUNS_PER_ROUND} times per variant ({ROUNDS} interleaved rounds), from this "
+        f"`{TRUE}` started {STARTS} times per variant, the variants taking turns start by start, from this "
         "process, output captured; a layer runs it as the agent's uid with its rlimits, and the layers without a pid "
         "namespace also sweep the uid afterwards. The last row is the whole `bash_exec` path (floor check, "
         "workspace, `bash -c true`). Probe: "

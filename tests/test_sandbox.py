@@ -517,3 +517,18 @@ def test_a_later_agent_of_the_same_name_gets_a_fresh_workspace(report, data_dir)
     second = sandbox.workspace(agent_id=7002, agent_name="twin")
     assert second.path != first.path and list(second.path.iterdir()) == []
     assert sandbox.workspace(agent_id=7001, agent_name="twin").path == first.path
+
+
+def test_start_honours_the_minimum_level_and_health_says_so(monkeypatch, data_dir, report):
+    """What wiring does with ALEPH_SANDBOX_MIN_LEVEL: probe, refuse below the minimum, and say why in health."""
+    if report.level == "bubblewrap":
+        monkeypatch.setattr("tools_app.sandbox.probe.LAYERS", {**_layers(), "bubblewrap": _Broken})
+    sandbox = WorkspaceSandbox.start(data_dir=data_dir, min_level="bubblewrap")
+    health = sandbox.health()
+    assert (health["status"], health["degraded"]) == ("refused", True)
+    assert health["level"] == sandbox.level != "bubblewrap"
+    assert any(r.startswith("bubblewrap: ") for r in health["reasons"])
+    with pytest.raises(SandboxRefused) as refused:
+        run(sandbox, "echo hi")
+    assert refused.value.code == "sandbox_unavailable"
+    assert WorkspaceSandbox.start(data_dir=data_dir, min_level="rlimits").health()["status"] != "refused"
