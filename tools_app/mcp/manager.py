@@ -455,7 +455,7 @@ class McpManager:
         """Run `work` on the manager's loop (the sessions live there), from whichever loop the caller is on."""
         loop = self._loop
         if loop is None or not self.running:
-            raise MCPUnavailable("The MCP manager is not running in this process.")
+            raise MCPUnavailable("mcp manager not configured: it is not running in this process.")
         if asyncio.get_running_loop() is loop:
             return await work()
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work(), loop))
