@@ -211,7 +211,7 @@ def test_the_blocking_rule_is_named(policy, command, rule):
 
 def test_nesting_is_bounded(policy):
     command = "rm -rf ./x"
-    for _ in range(12):
+    for _ in range(10):
         command = "sh -c " + "'" + command.replace("'", "'\\''") + "'"
     assert policy.evaluate(language="bash", text=command).blocked.name == "too_deep"
 
