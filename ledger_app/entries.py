@@ -44,6 +44,7 @@ KEY_ACTIONS = ("key_rotated", "key_revoked")
 OUTCOMES = ("ok", "error", "denied")
 MAX_SAFE_INT = 2**53 - 1
 HEX64 = re.compile(r"[0-9a-f]{64}")
+SORTED_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 DETAIL_STRING_CAP = 500
 DETAIL_BYTES_CAP = 4096
@@ -53,7 +54,10 @@ SECRET_VALUES = re.compile(r"aleph_(?:agent|user)_[A-Za-z0-9_-]{16,}|(?:sk|ghp|x
 
 def rfc3339(moment: datetime) -> str:
     """UTC with microseconds and a Z: 2026-01-31T23:59:59.123456Z."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    text = moment.isoformat(timespec="microseconds")
+    if not text.endswith("+00:00"):
+        text = moment.astimezone(UTC).isoformat(timespec="microseconds")
+    return text[:-6] + "Z"
 
 
 def parse_rfc3339(text: str) -> datetime:
@@ -138,7 +142,7 @@ def encode_clean(value: Any) -> bytes:
     """RFC 8785 bytes of a value without floats or unsafe integers (redacted details, our own bodies)."""
     if _keys_ascii(value):
         # Sorted-key JSON is RFC 8785 for objects of ASCII keys, strings, safe integers, booleans and null.
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        return SORTED_JSON.encode(value).encode()
     return rfc8785.dumps(value)
 
 
@@ -177,9 +181,12 @@ def strict_loads(text: str | bytes) -> Any:
     return json.loads(text, object_pairs_hook=_pairs, parse_float=Inexact, parse_int=_int, parse_constant=Inexact)
 
 
+STORED_JSON = json.JSONDecoder(parse_float=Inexact, parse_constant=Inexact)
+
+
 def stored_loads(text: str) -> Any:
     """Stored bytes, parsed for comparison with their re-encoding: a repeated key cannot survive that comparison."""
-    return json.loads(text, parse_float=Inexact, parse_constant=Inexact)
+    return STORED_JSON.decode(text)
 
 
 def _scan(value: Any, keys_ascii: list[bool]) -> str | None:
@@ -190,7 +197,7 @@ def _scan(value: Any, keys_ascii: list[bool]) -> str | None:
         if type(item) is Duplicated:
             return "a key appears twice"
         if type(item) is dict:
-            if keys_ascii[0] and not all(key.isascii() for key in item):
+            if keys_ascii[0] and not "".join(item).isascii():
                 keys_ascii[0] = False
             children = item.values()
         else:
@@ -235,8 +242,9 @@ def body_encode(body: Any) -> tuple[str | None, bytes]:
     for name, types in FIELD_TYPES.items():
         if type(body[name]) not in types:
             return f"field {name} has the wrong type", b""
+    # The type checks above settle every top-level field but `detail`, whose insides may hold anything.
     keys_ascii = [True]
-    problem = _scan(body, keys_ascii)
+    problem = _scan(body["detail"], keys_ascii)
     if problem:
         return problem, b""
     if body["v"] != FORMAT_VERSION or body["action"] not in ACTIONS or body["outcome"] not in OUTCOMES:
@@ -248,7 +256,7 @@ def body_encode(body: Any) -> tuple[str | None, bytes]:
     try:
         if keys_ascii[0]:
             # Sorted-key JSON is RFC 8785 for objects of ASCII keys, strings, safe integers, booleans and null.
-            return None, json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+            return None, SORTED_JSON.encode(body).encode()
         return None, rfc8785.dumps(body)
     except (ValueError, UnicodeEncodeError):
         return "the body cannot be encoded as RFC 8785 (a lone surrogate?)", b""

@@ -45,6 +45,7 @@ class ChainVerifier:
         self.agent = agent
         self.listed = listed_keys
         self.expect = expect_heads or []
+        self._expected_seqs = {seq for seq, _ in self.expect}
         self._verify_keys: dict[str, VerifyKey] = {}
         state = state or {}
         self.count: int = state.get("count", 0)
@@ -107,9 +108,11 @@ class ChainVerifier:
         if entry_digest(data).hex() != hash_:
             self._break("edited", seq, "the hash does not match the entry's canonical bytes: a field was changed")
         if columns:
-            differing = sorted(name for name, value in columns.items() if body[name] != value)
-            if differing:
-                self._break("edited", seq, f"the stored index columns {differing} disagree with the signed entry")
+            for name, value in columns.items():
+                if body[name] != value:
+                    differing = sorted(n for n, v in columns.items() if body[n] != v)
+                    self._break("edited", seq, f"the stored index columns {differing} disagree with the signed entry")
+                    break
         if body["agent"] != self.agent:
             self._break("foreign_agent", seq, f"the entry belongs to agent {body['agent']!r}, not {self.agent!r}")
         self._check_order(body, seq, first)
@@ -126,7 +129,7 @@ class ChainVerifier:
     def _advance(self, seq: int, hash_: str | None) -> None:
         self.last_seq, self.last_hash = seq, hash_
         self.max_seq = max(self.max_seq, seq)
-        if any(seq == expected for expected, _ in self.expect):
+        if seq in self._expected_seqs:
             self.seen[str(seq)] = hash_
 
     def _check_order(self, body: dict[str, Any], seq: int, first: bool) -> None:
