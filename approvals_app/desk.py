@@ -30,6 +30,7 @@ from .services import (
 )
 
 logger = logging.getLogger(__name__)
+IDLE_LINGER_S = 30.0
 
 
 def _db(function):
@@ -45,10 +46,14 @@ class _Waiters:
         self.futures: dict[str, asyncio.Future] = {}
         self._wakeups = GroupListener(WAKE_GROUP, self._on_wake)
         self._poller: asyncio.Task | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
 
     async def add(self, key: str) -> None:
         loop = asyncio.get_running_loop()
         self.futures[key] = loop.create_future()
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         if self._poller is None:
             self._poller = loop.create_task(self._poll(), context=contextvars.Context())
         # Subscribed before the request exists, so no decision can slip past; a slow layer only costs the poll.
@@ -56,11 +61,18 @@ class _Waiters:
 
     def remove(self, key: str) -> None:
         self.futures.pop(key, None)
-        if not self.futures:
-            self._wakeups.stop()
-            if self._poller is not None:
-                self._poller.cancel()
-                self._poller = None
+        if not self.futures and self._idle_timer is None:
+            # Kept a while after the last waiter, so a busy server does not subscribe and unsubscribe per call.
+            self._idle_timer = asyncio.get_running_loop().call_later(IDLE_LINGER_S, self._stop_if_idle)
+
+    def _stop_if_idle(self) -> None:
+        self._idle_timer = None
+        if self.futures:
+            return
+        self._wakeups.stop()
+        if self._poller is not None:
+            self._poller.cancel()
+            self._poller = None
 
     def wake(self, key: Any) -> None:
         future = self.futures.get(key)

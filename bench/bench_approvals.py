@@ -254,6 +254,20 @@ async def fan_out(http, base, aleph, bare_uri, setup, rounds) -> dict:
     return {"aleph": aleph_samples, "bare": bare_samples}
 
 
+async def pending_count(http, base: str, admin: str) -> int:
+    """A 202 answers once the call parks, a moment before its request row exists: wait for the rows."""
+    count = 0
+    for _ in range(50):
+        listed = await http.get(
+            f"{base}/api/v1/approvals/?status=pending", headers={"Authorization": f"Bearer {admin}"}
+        )
+        count = len(listed.json())
+        if count >= PARKED:
+            break
+        await asyncio.sleep(0.1)
+    return count
+
+
 async def get_latencies(http, idle_base: str, parked_base: str, agent: str) -> tuple[list[float], list[float]]:
     """The same request to the idle and the parked process in turn, so both see the same machine at the same time."""
     headers = {"Authorization": f"Bearer {agent}"}
@@ -292,10 +306,7 @@ async def measure(cards: Server, idle: Server, parked: Server, bare_port: int, s
         for start in range(0, PARKED, 10):
             batch = range(start, start + 10)
             await asyncio.gather(*(park(http, parked.base, setup["agent"], f"parked {n}") for n in batch))
-        listed = await http.get(
-            f"{parked.base}/api/v1/approvals/?status=pending", headers={"Authorization": f"Bearer {setup['admin']}"}
-        )
-        results["parked_count"] = len(listed.json())
+        results["parked_count"] = await pending_count(http, parked.base, setup["admin"])
         results["idle"], results["parked"] = await get_latencies(http, idle.base, parked.base, setup["agent"])
     return results
 
