@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import resource
 import shutil
 import subprocess
@@ -19,7 +20,8 @@ from bench.report import median, micros, millis, percentile, table, target  # no
 from tools_app.command_policy import CommandPolicy  # noqa: E402
 from tools_app.sandbox import ExecRequest, WorkspaceSandbox, sandbox_probe  # noqa: E402
 
-STARTS = 150
+ROUNDS = 6
+RUNS_PER_ROUND = 25
 FLOOR_ROUNDS = 200
 CORPUS = Path(settings.BASE_DIR).parent / "shared" / "vectors" / "commands.tsv"
 TRUE = shutil.which("true") or "/bin/true"
@@ -54,23 +56,25 @@ def children_cpu() -> float:
 
 
 def measure_starts(variants: dict) -> tuple[dict[str, list[float]], dict[str, float]]:
-    """One start of each variant in turn, STARTS times over, so bursts of other load fall on all of them alike.
+    """Every variant in every round, a block of starts each, so machine noise falls on all of them alike.
 
-    Wall time per start, and the CPU the started processes (setpriv, prlimit, bwrap, ...) used per start, which
-    other load on the machine barely moves.
+    Blocks rather than single starts in turn: the Landlock layer forks this process, and the copy-on-write
+    faults that leaves behind would otherwise be billed to whichever variant runs next. Wall time per start,
+    and the CPU the started processes (setpriv, prlimit, bwrap, ...) used per start, which other load on the
+    machine barely moves.
     """
     samples: dict[str, list[float]] = {name: [] for name in variants}
     cpu: dict[str, float] = dict.fromkeys(variants, 0.0)
-    for function in variants.values():
-        function()
-    for _ in range(STARTS):
+    for _ in range(ROUNDS):
         for name, function in variants.items():
-            cpu_before = children_cpu()
-            started = time.perf_counter()
             function()
-            samples[name].append(time.perf_counter() - started)
+            cpu_before = children_cpu()
+            for _ in range(RUNS_PER_ROUND):
+                started = time.perf_counter()
+                function()
+                samples[name].append(time.perf_counter() - started)
             cpu[name] += children_cpu() - cpu_before
-    return samples, {name: total / STARTS for name, total in cpu.items()}
+    return samples, {name: total / (ROUNDS * RUNS_PER_ROUND) for name, total in cpu.items()}
 
 
 def corpus() -> list[str]:
@@ -108,9 +112,11 @@ def main() -> int:
 
     print("## Sandbox start overhead and floor check time\n")
     print(
-        f"`{TRUE}` started {STARTS} times per variant, the variants taking turns start by start, from this "
-        "process, output captured; a layer runs it as the agent's uid with its rlimits, and the layers without a pid "
-        "namespace also sweep the uid afterwards. The last row is the whole `bash_exec` path (floor check, "
+        f"`{TRUE}` started {ROUNDS * RUNS_PER_ROUND} times per variant ({ROUNDS} rounds, a block of "
+        f"{RUNS_PER_ROUND} after one untimed start), from this process, output captured; a layer runs it as the "
+        "agent's uid with its rlimits, and the layers without a pid namespace also sweep the uid afterwards. "
+        f"Load average at the start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs. "
+        "The last row is the whole `bash_exec` path (floor check, "
         "workspace, `bash -c true`). Probe: "
         + ", ".join(f"{c.level} {'works' if c.ok else 'fails: ' + c.reason}" for c in report.checks)
         + ".\n"
