@@ -301,3 +301,19 @@ def test_scope_table_semantics_without_a_database():
     assert table.match("axz").action == "ask"
     assert table.match("ax").action == "allow"
     assert table.match("q") is None
+
+
+class BrokenGate:
+    async def standing_grant(self, pending):
+        return None
+
+    async def request(self, pending):
+        raise RuntimeError("database went away")
+
+
+@pytest.mark.django_db
+def test_a_failing_approval_desk_refuses_the_call(cast):
+    outcome = async_to_sync(service_for(cast, gate=BrokenGate()).execute)("writer", {})
+    assert (outcome.status, outcome.decision.verdict, outcome.decision.decided_by) == ("denied", "ask", "floor")
+    assert "approval desk failed" in outcome.decision.reason
+    assert ToolCall.objects.get(id=outcome.id).status == "denied"

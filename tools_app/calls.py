@@ -6,7 +6,9 @@ import asyncio
 import time
 from typing import Any
 
-from .chokepoint.service import ScopedToolService
+from asgiref.sync import ThreadSensitiveContext
+
+from .chokepoint.service import CallOutcome, ScopedToolService
 from .models import FINISHED_STATUSES, ToolCall
 
 _running: set[asyncio.Task] = set()
@@ -32,6 +34,12 @@ def call_payload(call: ToolCall) -> dict[str, Any]:
     }
 
 
+async def _detached(service: ScopedToolService, tool: str, raw_input: dict[str, Any], on_park) -> CallOutcome:
+    """Run the call in a thread context of its own: it may outlive the request, whose context closes at its end."""
+    async with ThreadSensitiveContext():
+        return await service.execute(tool, raw_input, on_park=on_park)
+
+
 async def call_submit(
     *, service: ScopedToolService, tool: str, raw_input: dict[str, Any], wait: float
 ) -> tuple[dict[str, Any], bool]:
@@ -43,7 +51,7 @@ async def call_submit(
         parked.append(call_id)
         parked_event.set()
 
-    task = asyncio.create_task(service.execute(tool, raw_input, on_park=on_park))
+    task = asyncio.create_task(_detached(service, tool, raw_input, on_park))
     _running.add(task)
     task.add_done_callback(_running.discard)
     park_watch = asyncio.create_task(parked_event.wait())

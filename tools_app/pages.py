@@ -10,6 +10,7 @@ from django.views import View
 from .api.errors import error_body
 from .api.views import health_report
 from .models import CallStatus, ToolCall
+from .services import person_roles
 
 
 class LoginView(auth_views.LoginView):
@@ -31,7 +32,10 @@ class LogoutView(View):
 @login_required
 def dashboard(request):
     recent = ToolCall.objects.select_related("agent", "channel").order_by("-created_at")[:25]
-    pending = ToolCall.objects.filter(status=CallStatus.PENDING_APPROVAL).count()
+    pending = ToolCall.objects.filter(status=CallStatus.PENDING_APPROVAL)
+    if "admin" not in person_roles(request.user):
+        pending = pending.filter(channel__operators=request.user)
+    pending = pending.count()
     return render(request, "dashboard.html", {"recent": recent, "pending": pending, "health": health_report()})
 
 

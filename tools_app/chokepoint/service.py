@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from ..models import CallStatus, ToolCall
 from .base import SELF_PROTECTED_TOOLS, BaseTool, ToolContext, ToolDefinition, ToolInputError, ToolResult
 from .policy import ASK, DENY, AgentInfo, ChannelInfo, CompiledPolicy, Decision, decide, is_hidden
 from .registry import ToolRegistry
+
+logger = logging.getLogger(__name__)
 
 
 class CallRejected(Exception):
@@ -334,7 +337,10 @@ class ScopedToolService:
             fingerprint=fingerprint,
             decision=decision,
         )
-        grant = await self.gate.standing_grant(pending)
+        try:
+            grant = await self.gate.standing_grant(pending)
+        except Exception:
+            return self._desk_failed()
         if grant is not None:
             return grant
         if not self.turn.attended:
@@ -342,7 +348,18 @@ class ScopedToolService:
         await sync_to_async(self._park)(call, decision)
         if on_park is not None:
             on_park(str(call.id))
-        return await self.gate.request(pending)
+        try:
+            return await self.gate.request(pending)
+        except Exception:
+            return self._desk_failed()
+
+    @staticmethod
+    def _desk_failed() -> Settlement:
+        """A failing approval desk refuses the call: an answer nobody gave is never an approval."""
+        logger.exception("the approval desk failed; the call is refused")
+        return Settlement(
+            approved=False, decided_by="floor", reason="The approval desk failed, so the call is refused; try again."
+        )
 
     def _draft(self, name: str, raw_input: dict[str, Any]) -> ToolCall:
         return ToolCall(
