@@ -100,13 +100,15 @@ def key_create(*, agent: Agent) -> AgentKey:
 
 
 def _key_replace(*, agent: Agent, status: str, action: str, detail: dict[str, Any], principal: str | None) -> AgentKey:
+    """Retire the current key and introduce a new one, under the head's row lock so no append signs in between."""
     head = ChainHead.objects.select_for_update().select_related("key").filter(agent=agent).first()
     if head is None:
         raise ApplicationError(f"agent {agent.name!r} has no key yet", code="no_key", status=404)
     old = head.key
     AgentKey.objects.filter(id=old.id).update(status=status, retired_at=timezone.now())
     new = _key_mint(agent)
-    detail = {**detail, "new_key": new.fingerprint, "public_key": new.public_key}
+    old_label = "revoked_key" if status == KeyStatus.REVOKED else "old_key"
+    detail = {**detail, old_label: old.fingerprint, "new_key": new.fingerprint, "public_key": new.public_key}
     _append(agent.id, Event(action=action, outcome="ok", detail=detail, principal=principal), next_key_id=new.id)
     return new
 
@@ -114,10 +116,7 @@ def _key_replace(*, agent: Agent, status: str, action: str, detail: dict[str, An
 @transaction.atomic
 def key_rotate(*, agent: Agent, principal: str | None = None) -> AgentKey:
     """A new key, introduced by an entry the old key signs; the old public key stays for verifying the past."""
-    old = ChainHead.objects.filter(agent=agent).values_list("key__fingerprint", flat=True).first()
-    return _key_replace(
-        agent=agent, status=KeyStatus.ROTATED, action="key_rotated", detail={"old_key": old}, principal=principal
-    )
+    return _key_replace(agent=agent, status=KeyStatus.ROTATED, action="key_rotated", detail={}, principal=principal)
 
 
 @transaction.atomic
@@ -125,13 +124,8 @@ def key_revoke(*, agent: Agent, reason: str, principal: str | None = None) -> Ag
     """Revoke the signing key (its last signature says so) and continue the chain under a fresh key."""
     if not reason.strip():
         raise ApplicationError("a revocation needs a reason", code="reason_required")
-    old = ChainHead.objects.filter(agent=agent).values_list("key__fingerprint", flat=True).first()
     return _key_replace(
-        agent=agent,
-        status=KeyStatus.REVOKED,
-        action="key_revoked",
-        detail={"revoked_key": old, "reason": reason},
-        principal=principal,
+        agent=agent, status=KeyStatus.REVOKED, action="key_revoked", detail={"reason": reason}, principal=principal
     )
 
 
