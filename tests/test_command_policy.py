@@ -1,14 +1,11 @@
 """The command-policy floor: every corpus line, more evasions of our own, and the admin's block/warn rules."""
 
-from pathlib import Path
-
 import pytest
 
+from tests.shared import shared_path
 from tools_app.command_policy import HARDLINE, CommandPolicy, CommandPolicySpec, RuleSpec, command_policy_store
 
-CORPUS = Path("/work/shared/vectors/commands.tsv")
-if not CORPUS.exists():
-    CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "vectors" / "commands.tsv"
+CORPUS = shared_path("vectors", "commands.tsv")
 
 
 def corpus() -> list[tuple[str, str]]:

@@ -2,11 +2,11 @@
 
 import re
 import tomllib
-from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
 
+from tests.shared import shared_path
 from tools_app.models import Agent, Channel, PolicyState, Scope, ToolPermission
 from tools_app.policy_store import policy_state
 from tools_app.policy_toml import SECTIONS, PolicyFileError, Section, policy_export, policy_import
@@ -363,9 +363,7 @@ def test_the_api_md_example_imports(cast):
 
 
 def test_the_embedded_example_is_api_md_verbatim():
-    api_md = Path(__file__).resolve().parents[2] / "shared" / "API.md"
-    if not api_md.exists():
-        pytest.skip(f"{api_md} is not on this machine")
+    api_md = shared_path("API.md")
     block = re.search(r"## Policy as code.*?```toml\n(.*?)```", api_md.read_text(), re.S)
     assert block is not None
     assert block.group(1) == API_MD_EXAMPLE

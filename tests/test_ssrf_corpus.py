@@ -1,20 +1,18 @@
 """Every row of vectors/ssrf.tsv through the outbound door: a scripted resolver, a connector recording each dial."""
 
 import re
-from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.shared import shared_path
 from tools_app.builtin.web import WebFetch
 from tools_app.chokepoint.base import ToolContext
 from tools_app.net import AllowList, Guard, Outbound, SsrfBlocked
 from tools_app.net.guard import RULES
 from tools_app.net.testing import RecordingConnector, ScriptedResolver
 
-CORPUS = Path("/work/shared/vectors/ssrf.tsv")
-if not CORPUS.exists():
-    CORPUS = Path(__file__).resolve().parents[2] / "shared" / "vectors" / "ssrf.tsv"
+CORPUS = shared_path("vectors", "ssrf.tsv")
 CTX = ToolContext(call_id="c", agent_id=1, agent_name="builder", channel_name="ops", session_key=None, attended=True)
 
 
