@@ -146,6 +146,9 @@ HEAD_READ = (
     "SELECT h.seq, h.hash, h.name, h.key_id, k.fingerprint FROM ledger_app_chainhead h "
     "JOIN ledger_app_agentkey k ON k.id = h.key_id WHERE h.agent_id = %s"
 )
+# A writer that lost a compare-and-swap waits its turn on the head's row lock before reading again, so a busy
+# chain does not make every loser re-read and re-sign after each winner's commit.
+HEAD_READ_LOCKED = HEAD_READ + " FOR UPDATE OF h"
 # PostgreSQL: the compare-and-swap on the head and the insert are one statement, so the head's row lock is held
 # only from that statement to the commit; a writer that lost the race inserts nothing and tries again.
 CAS_AND_INSERT = (
@@ -170,8 +173,9 @@ def _append(agent_id: int, event: Event, next_key_id: int | None = None) -> Ledg
     detail = detail_redact(event.detail)
     connection = transaction.get_connection()
     with connection.cursor() as cursor:
+        lost = False
         for _ in range(CAS_ATTEMPTS):
-            cursor.execute(HEAD_READ, [agent_id])
+            cursor.execute(HEAD_READ_LOCKED if lost else HEAD_READ, [agent_id])
             head = cursor.fetchone()
             if head is None:
                 _chain_open(agent_id)
@@ -217,6 +221,7 @@ def _append(agent_id: int, event: Event, next_key_id: int | None = None) -> Ledg
                 cursor.execute(CAS_AND_INSERT, swap + row)
                 inserted = cursor.fetchone()
                 if inserted is None:
+                    lost = True
                     continue
                 entry.id = inserted[0]
             else:
