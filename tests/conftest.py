@@ -1,4 +1,4 @@
-"""The fixed cast every suite shares: an admin, an operator of `ops`, an auditor, an outsider; agents builder and scout."""
+"""The fixed cast every suite shares: admin, an operator of `ops`, an auditor, an outsider; agents builder and scout."""
 
 import os
 from types import SimpleNamespace

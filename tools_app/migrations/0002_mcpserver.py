@@ -7,38 +7,106 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tools_app', '0001_initial'),
+        ("tools_app", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='McpServer',
+            name="McpServer",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=64, unique=True, validators=[django.core.validators.RegexValidator('^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$', "Use 1-64 letters, digits, '_', '.', ':' or '-', starting with a letter or digit.")])),
-                ('transport', models.CharField(choices=[('stdio', 'stdio'), ('http', 'Streamable HTTP')], default='stdio', max_length=8)),
-                ('command', models.CharField(blank=True, help_text='stdio: the executable to start.', max_length=500)),
-                ('args', models.JSONField(blank=True, default=list, help_text='stdio: a JSON list of arguments.')),
-                ('env', models.JSONField(blank=True, default=dict, help_text='stdio: extra environment variables (JSON object).')),
-                ('url', models.CharField(blank=True, help_text="http: the server's streamable HTTP endpoint.", max_length=2000)),
-                ('headers', models.JSONField(blank=True, default=dict, help_text='http: extra request headers (JSON object).')),
-                ('network_allow', models.JSONField(blank=True, default=list, help_text='http: addresses or networks this server may reach although they are not public (admin-approved).')),
-                ('enabled', models.BooleanField(default=True)),
-                ('call_timeout_s', models.PositiveIntegerField(default=60, validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(3600)])),
-                ('status', models.CharField(choices=[('disabled', 'Disabled'), ('connecting', 'Connecting'), ('connected', 'Connected'), ('error', 'Error'), ('needs_login', 'Needs login')], default='connecting', editable=False, max_length=16)),
-                ('last_error', models.TextField(blank=True, editable=False)),
-                ('capabilities', models.JSONField(blank=True, default=dict, editable=False)),
-                ('connected_since', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('changed_at', models.DateTimeField(auto_now=True)),
-                ('changed_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "name",
+                    models.CharField(
+                        max_length=64,
+                        unique=True,
+                        validators=[
+                            django.core.validators.RegexValidator(
+                                "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$",
+                                "Use 1-64 letters, digits, '_', '.', ':' or '-', starting with a letter or digit.",
+                            )
+                        ],
+                    ),
+                ),
+                (
+                    "transport",
+                    models.CharField(
+                        choices=[("stdio", "stdio"), ("http", "Streamable HTTP")], default="stdio", max_length=8
+                    ),
+                ),
+                ("command", models.CharField(blank=True, help_text="stdio: the executable to start.", max_length=500)),
+                ("args", models.JSONField(blank=True, default=list, help_text="stdio: a JSON list of arguments.")),
+                (
+                    "env",
+                    models.JSONField(
+                        blank=True, default=dict, help_text="stdio: extra environment variables (JSON object)."
+                    ),
+                ),
+                (
+                    "url",
+                    models.CharField(
+                        blank=True, help_text="http: the server's streamable HTTP endpoint.", max_length=2000
+                    ),
+                ),
+                (
+                    "headers",
+                    models.JSONField(blank=True, default=dict, help_text="http: extra request headers (JSON object)."),
+                ),
+                (
+                    "network_allow",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text="http: addresses or networks this server may reach although they are not public (admin-approved).",
+                    ),
+                ),
+                ("enabled", models.BooleanField(default=True)),
+                (
+                    "call_timeout_s",
+                    models.PositiveIntegerField(
+                        default=60,
+                        validators=[
+                            django.core.validators.MinValueValidator(1),
+                            django.core.validators.MaxValueValidator(3600),
+                        ],
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("disabled", "Disabled"),
+                            ("connecting", "Connecting"),
+                            ("connected", "Connected"),
+                            ("error", "Error"),
+                            ("needs_login", "Needs login"),
+                        ],
+                        default="connecting",
+                        editable=False,
+                        max_length=16,
+                    ),
+                ),
+                ("last_error", models.TextField(blank=True, editable=False)),
+                ("capabilities", models.JSONField(blank=True, default=dict, editable=False)),
+                ("connected_since", models.DateTimeField(blank=True, editable=False, null=True)),
+                ("changed_at", models.DateTimeField(auto_now=True)),
+                (
+                    "changed_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'MCP server',
-                'verbose_name_plural': 'MCP servers',
-                'ordering': ['name'],
+                "verbose_name": "MCP server",
+                "verbose_name_plural": "MCP servers",
+                "ordering": ["name"],
             },
         ),
     ]
