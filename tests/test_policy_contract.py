@@ -10,7 +10,7 @@ from tools_app.chokepoint.policy import ScopeTable
 from tools_app.chokepoint.registry import ToolRegistry
 from tools_app.chokepoint.service import NullRecorder, ScopedToolService, Settlement
 from tools_app.gateway import turn_build
-from tools_app.models import Agent, Channel, PolicyState, Session, ToolCall, ToolPermission
+from tools_app.models import Agent, Channel, PolicyState, Session, ToolCall, ToolPermission, new_policy_version
 from tools_app.policy_store import current_policy
 
 
@@ -197,7 +197,7 @@ def _apply(row: Row, cast) -> Session | None:
             {"agent": cast.builder.agent} if scope == "agent" else {"channel": cast.ops} if scope == "channel" else {}
         )
         ToolPermission.objects.create(scope=scope, pattern=pattern, action=action, **target)
-    PolicyState.objects.filter(pk=1).update(version=f"row-{row.id}")
+    PolicyState.objects.filter(pk=1).update(version=new_policy_version())
     if row.session_tier:
         return Session.objects.create(agent=cast.builder.agent, key="s1", exec_tier=row.session_tier)
     return None
