@@ -3,6 +3,7 @@
 from django.conf import settings
 
 from approvals_app.desk import ApprovalDesk
+from ledger_app.browse import chains_overview
 from ledger_app.recorder import LedgerRecorder
 from tools_app.browser import BrowserRuntime
 from tools_app.builtin import builtin_tools
@@ -32,4 +33,5 @@ def build_gateway() -> Gateway:
         recorder=LedgerRecorder(),
         floors=(sandbox.policy,),
         health={"sandbox": sandbox.health()},
+        dashboard={"chains": chains_overview},
     )

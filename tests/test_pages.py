@@ -1,11 +1,13 @@
 """The people's pages: sign-in and sign-out, the navigation by role, the dashboard; and how it looks in Chromium."""
 
+import io
 import os
 import re
 from pathlib import Path
 
 import httpx
 import pytest
+from django.core.management import call_command
 from django.test import Client
 from django.urls import NoReverseMatch, reverse
 
@@ -199,3 +201,14 @@ def test_the_dashboard_fits_a_laptop_and_a_phone(daphne_server, live_dashboard):
                 context.close()
         finally:
             browser.close()
+
+
+def test_the_dashboard_shows_each_chains_status(cast, as_builder):
+    ToolPermission.objects.create(scope=Scope.GLOBAL, pattern="note_write", action="deny")
+    write = {"tool": "note_write", "input": {"text": "x"}, "channel": "ops"}
+    assert as_builder.post("/api/v1/calls/", write, format="json").json()["status"] == "denied"
+    html = signed_in(cast.auditor).get("/").content.decode()
+    assert "Ledger chains" in html
+    assert "builder: never verified" in html
+    call_command("ledger", "verify", "builder", stdout=io.StringIO())
+    assert "builder: verified" in signed_in(cast.auditor).get("/").content.decode()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,8 @@ class Gateway:
     recorder: Recorder = field(default_factory=NullRecorder)
     floors: tuple[CommandFloor, ...] = ()
     health: dict[str, Any] = field(default_factory=dict)
+    # Summaries other apps lend the dashboard (tools_app never imports them), e.g. "chains": the ledger's chain status.
+    dashboard: dict[str, Callable[[], Any]] = field(default_factory=dict)
 
 
 @functools.cache

@@ -9,6 +9,7 @@ from django.views import View
 
 from .api.errors import error_body
 from .api.views import health_report
+from .gateway import gateway
 from .models import CallStatus, ToolCall
 from .services import person_roles
 
@@ -36,7 +37,9 @@ def dashboard(request):
     if "admin" not in person_roles(request.user):
         pending = pending.filter(channel__operators=request.user)
     pending = pending.count()
-    return render(request, "dashboard.html", {"recent": recent, "pending": pending, "health": health_report()})
+    chains = gateway().dashboard.get("chains")
+    context = {"recent": recent, "pending": pending, "health": health_report(), "chains": chains() if chains else None}
+    return render(request, "dashboard.html", context)
 
 
 def _wants_json(request) -> bool:
