@@ -7,17 +7,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
+from tools_app.browser.runtime import CHROMIUM as BROWSER_EXECUTABLE
+from tools_app.browser.runtime import LAUNCH_ARGS
+
+CHROMIUM = BROWSER_EXECUTABLE
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+CHROMIUM_ARGS = list(LAUNCH_ARGS)
 
 pytestmark = [
     pytest.mark.browser,

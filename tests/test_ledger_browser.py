@@ -9,18 +9,12 @@ from types import SimpleNamespace
 import pytest
 
 from tests.ledger_support import run_script, sql, tampering
+from tools_app.browser.runtime import CHROMIUM as BROWSER_EXECUTABLE
+from tools_app.browser.runtime import LAUNCH_ARGS
 
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = BROWSER_EXECUTABLE
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+CHROMIUM_ARGS = list(LAUNCH_ARGS)
 ENTRIES = 2600  # more than one verification step (2,000), so the progress bar moves
 
 pytestmark = [

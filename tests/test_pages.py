@@ -12,18 +12,12 @@ from django.test import Client
 from django.urls import NoReverseMatch, reverse
 
 from tests.conftest import client_for
+from tools_app.browser.runtime import CHROMIUM as BROWSER_EXECUTABLE
+from tools_app.browser.runtime import LAUNCH_ARGS
 from tools_app.models import Scope, ToolPermission
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+CHROMIUM = BROWSER_EXECUTABLE
+CHROMIUM_ARGS = list(LAUNCH_ARGS)
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 
 
