@@ -12,7 +12,6 @@ from tools_app.browser import BrowserRuntime
 from tools_app.browser.testing import PageServer
 from tools_app.models import NetworkAllow, ToolCall
 from tools_app.net import Outbound
-from tools_app.net.store import network_allow_changed
 
 PAGES = Path(__file__).resolve().parent / "browser_pages"
 CHROMIUM = "/usr/bin/chromium"
@@ -56,7 +55,6 @@ def test_through_the_api_evaluate_parks_for_approval_and_snapshot_runs_at_once(d
     cast.builder.agent.exec_tier = "auto"
     cast.builder.agent.save()
     NetworkAllow.objects.create(entry=f"127.0.0.1:{server.port}", note="the browser test pages")
-    network_allow_changed()
 
     def call(tool, arguments, wait=10.0):
         return httpx.post(

@@ -7,6 +7,7 @@ from .models import (
     Agent,
     Channel,
     GlobalToolPermission,
+    McpServer,
     NetworkAllow,
     PolicyState,
     Scope,
@@ -14,7 +15,6 @@ from .models import (
     ToolCall,
     ToolPermission,
 )
-from .net.store import network_allow_changed
 from .services import token_hash, token_new
 from .signals import agent_created
 
@@ -163,18 +163,6 @@ class NetworkAllowAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         obj.changed_by = request.user
         super().save_model(request, obj, form, change)
-        network_allow_changed()
-
-    def delete_model(self, request, obj):
-        super().delete_model(request, obj)
-        network_allow_changed()
-
-    def delete_queryset(self, request, queryset):
-        super().delete_queryset(request, queryset)
-        network_allow_changed()
-
-
-from .models import McpServer  # noqa: E402  the MCP block keeps its import with it
 
 
 @admin.register(McpServer)

@@ -115,6 +115,15 @@ def arguments_fingerprint(value: Any) -> str:
     return hashlib.sha256(canonical_json(value)).hexdigest()
 
 
+@dataclass(frozen=True)
+class Ruling:
+    """What the policy made of a call before anyone is asked: the decision and the parsed arguments."""
+
+    decision: Decision
+    args: Any
+    mutating: bool
+
+
 @dataclass
 class CallOutcome:
     id: str
@@ -249,29 +258,46 @@ class ScopedToolService:
                 return decision
         return None
 
+    def _rule(self, tool: BaseTool, raw_input: dict[str, Any], trace: list[dict[str, Any]] | None = None) -> Ruling:
+        """Steps 2-4 of a call: entries, tier and floors; a deny entry settles it before the arguments are read."""
+        entry = self.policy.entry_for(tool.name, self.turn.agent.id, self.turn.channel.id)
+        tier, tier_source = self.policy.tier_for(
+            self.turn.agent.id, self.turn.channel, self.turn.session.exec_tier if self.turn.session else None
+        )
+        if trace is not None:
+            trace.append(
+                {
+                    "step": "entry",
+                    "result": entry.label if entry else None,
+                    "note": entry.action if entry else "no entry",
+                }
+            )
+            trace.append({"step": "tier", "result": tier, "note": tier_source})
+        if entry is not None and entry.action == DENY:
+            decision = decide(tool=tool.name, facts=None, entry=entry, tier=tier, tier_source=tier_source)
+            return Ruling(decision, args=None, mutating=False)
+        args = self._parse(tool, raw_input)
+        facts = tool.facts_for(args)
+        floor = self._floor(tool, args)
+        if trace is not None:
+            trace.append(
+                {"step": "facts", "result": facts.as_dict() if facts else None, "note": "" if facts else "unknown"}
+            )
+            trace.append(
+                {"step": "floor", "result": floor.rule if floor else None, "note": floor.reason if floor else ""}
+            )
+        decision = decide(tool=tool.name, facts=facts, entry=entry, tier=tier, tier_source=tier_source, floor=floor)
+        return Ruling(decision, args=args, mutating=facts is None or not facts.idempotent)
+
     def explain(self, name: str, raw_input: dict[str, Any]) -> tuple[Decision, list[dict[str, Any]]]:
         """The decision the policy would take for this call and how it got there, without running or asking."""
         tool = self.registry.get(name)
         if tool is None:
             raise CallRejected("tool_not_found", f"No tool named {name!r} is registered.")
-        entry = self.policy.entry_for(name, self.turn.agent.id, self.turn.channel.id)
-        tier, tier_source = self.policy.tier_for(
-            self.turn.agent.id, self.turn.channel, self.turn.session.exec_tier if self.turn.session else None
-        )
-        trace: list[dict[str, Any]] = [
-            {"step": "entry", "result": entry.label if entry else None, "note": entry.action if entry else "no entry"},
-            {"step": "tier", "result": tier, "note": tier_source},
-        ]
-        if entry is not None and entry.action == DENY:
-            return decide(tool=name, facts=None, entry=entry, tier=tier, tier_source=tier_source), trace
-        args = self._parse(tool, raw_input)
-        facts = tool.facts_for(args)
-        floor = self._floor(tool, args)
-        trace.append(
-            {"step": "facts", "result": facts.as_dict() if facts else None, "note": "" if facts else "unknown"}
-        )
-        trace.append({"step": "floor", "result": floor.rule if floor else None, "note": floor.reason if floor else ""})
-        decision = decide(tool=name, facts=facts, entry=entry, tier=tier, tier_source=tier_source, floor=floor)
+        trace: list[dict[str, Any]] = []
+        decision = self._rule(tool, raw_input, trace).decision
+        if decision.decided_by == "entry" and decision.verdict == DENY:
+            return decision, trace
         trace.append({"step": "attended", "result": self.turn.attended, "note": self.turn.channel.name})
         if decision.verdict == ASK and not self.turn.attended:
             decision = decision.settled(decided_by="unattended", reason=self._unattended_reason(decision))
@@ -296,19 +322,8 @@ class ScopedToolService:
         if tool is None:
             raise CallRejected("tool_not_found", f"No tool named {name!r} is available here.")
         call = self._draft(name, tool.redact(raw_input))
-        entry = self.policy.entry_for(name, self.turn.agent.id, self.turn.channel.id)
-        tier, tier_source = self.policy.tier_for(
-            self.turn.agent.id, self.turn.channel, self.turn.session.exec_tier if self.turn.session else None
-        )
-        if entry is not None and entry.action == DENY:
-            decision = decide(tool=name, facts=None, entry=entry, tier=tier, tier_source=tier_source)
-            return await self._finish(call, decision, CallStatus.DENIED, None, mutating=False)
-        args = self._parse(tool, raw_input)
-        facts = tool.facts_for(args)
-        decision = decide(
-            tool=name, facts=facts, entry=entry, tier=tier, tier_source=tier_source, floor=self._floor(tool, args)
-        )
-        mutating = facts is None or not facts.idempotent
+        ruling = self._rule(tool, raw_input)
+        decision, mutating = ruling.decision, ruling.mutating
         if decision.verdict == DENY:
             return await self._finish(call, decision, CallStatus.DENIED, None, mutating=mutating)
         if decision.verdict == ASK:
@@ -322,7 +337,7 @@ class ScopedToolService:
             if not settlement.approved:
                 status = CallStatus.EXPIRED if settlement.expired else CallStatus.DENIED
                 return await self._finish(call, decision, status, None, mutating=mutating)
-        result = await tool.run(args, self._context(call))
+        result = await tool.run(ruling.args, self._context(call))
         status = CallStatus.SUCCEEDED if result.success else CallStatus.FAILED
         return await self._finish(call, decision, status, result, mutating=mutating)
 

@@ -9,7 +9,7 @@ from django.db import transaction
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..models import NetworkAllow
-from ..policy_store import policy_touch, policy_version
+from ..policy_store import policy_version
 from ..policy_toml import PolicyFileError, Section, section_register
 from .guard import AllowList, allow_entry_parse
 
@@ -28,11 +28,6 @@ def network_allow_current() -> AllowList:
         allow = AllowList.parse(NetworkAllow.objects.values_list("entry", flat=True), skip_invalid=True)
         _cached = (version, allow)
         return allow
-
-
-def network_allow_changed() -> None:
-    """Every process re-reads the allow list on its next fetch."""
-    policy_touch()
 
 
 class _Item(BaseModel):
@@ -62,7 +57,6 @@ def network_allow_replace(*, entries: list[tuple[str, str]]) -> dict[str, int]:
         elif row.note != note:
             row.note = note
             row.save(update_fields=["note", "changed_at"])
-    network_allow_changed()
     return {"entries": len(wanted), "removed": len(removed)}
 
 
