@@ -125,6 +125,9 @@ ASGI_APPLICATION = "aleph_site.asgi.application"
 WSGI_APPLICATION = "aleph_site.wsgi.application"
 
 
+PREPARE_ONLY_WHEN_ASKED = 2**31 - 1
+
+
 def _database() -> dict:
     url = os.environ.get("DATABASE_URL", "").strip()
     if not url:
@@ -147,6 +150,9 @@ def _database() -> dict:
         raise ImproperlyConfigured(f"DATABASE_URL cannot be parsed: {exc}") from exc
     if not config.get("NAME"):
         raise ImproperlyConfigured("DATABASE_URL must name a database, e.g. postgres://user@host:5432/aleph")
+    # Django's cursors bind on the client and never prepare; a threshold no statement reaches leaves preparing to
+    # code that asks for it by name: the ledger's append, the hottest serialized path (ledger_app/services.py).
+    config["OPTIONS"] = {"prepare_threshold": PREPARE_ONLY_WHEN_ASKED}
     return config
 
 

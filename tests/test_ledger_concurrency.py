@@ -7,6 +7,7 @@ import time
 import pytest
 from django.db import connection, connections, transaction
 
+from ledger_app import services
 from ledger_app.models import ChainHead, LedgerEntry
 from ledger_app.services import Event, ledger_append
 from tests.ledger_support import ledger_command, require_postgresql
@@ -76,3 +77,22 @@ def test_eight_writers_on_postgresql():
     require_postgresql()
     elapsed = _eight_writers_on_one_chain()
     print(f"postgresql: {WRITERS}x{APPENDS} appends in {elapsed:.1f}s = {WRITERS * APPENDS / elapsed:.0f}/s")
+
+
+@pytest.mark.django_db
+def test_a_writer_that_read_a_stale_head_inserts_nothing(monkeypatch):
+    """The compare on seq stays behind the row lock: a writer holding a stale head (as if it forgot the lock) is
+    refused and adds no entry, on either database."""
+    agent, _ = agent_create(name="careless")
+    ledger_append(agent_id=agent.id, event=Event(action="tool_call", outcome="ok", tool="note_write"))
+    locked_read = services._head_lock
+
+    def stale(*args):
+        seq, *rest = locked_read(*args)
+        return (seq - 1, *rest)
+
+    monkeypatch.setattr(services, "_head_lock", stale)
+    with pytest.raises(services.LedgerError, match="moved"), transaction.atomic():
+        ledger_append(agent_id=agent.id, event=Event(action="tool_call", outcome="ok", tool="note_write"))
+    assert list(LedgerEntry.objects.filter(agent=agent).values_list("seq", flat=True).order_by("seq")) == [1, 2]
+    assert ChainHead.objects.get(agent=agent).seq == 2
