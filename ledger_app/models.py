@@ -35,7 +35,7 @@ class AgentKey(models.Model):
 
 
 class ChainHead(models.Model):
-    """The compare-and-swap row of one agent's chain: its last seq and hash, and the key that signs next."""
+    """One agent's chain head: its last seq and hash, and the key that signs next. Every append locks and moves it."""
 
     agent = models.OneToOneField(Agent, on_delete=models.PROTECT, primary_key=True, related_name="ledger_head")
     name = models.CharField(max_length=64, help_text="The agent's name when its chain began; every entry carries it.")
