@@ -31,6 +31,7 @@ FIELDS = (
     "signer",
     "prev_hash",
 )
+FIELD_SET = frozenset(FIELDS)
 ACTIONS = (
     "tool_call",
     "tool_denied",
@@ -236,8 +237,8 @@ def body_encode(body: Any) -> tuple[str | None, bytes]:
         return "a key appears twice", b""
     if type(body) is not dict:
         return "an entry must be a JSON object", b""
-    if set(body) != set(FIELDS):
-        missing, extra = set(FIELDS) - set(body), set(body) - set(FIELDS)
+    if body.keys() != FIELD_SET:
+        missing, extra = FIELD_SET - body.keys(), body.keys() - FIELD_SET
         return f"fields differ from v1: missing {sorted(missing)}, unknown {sorted(extra)}", b""
     for name, types in FIELD_TYPES.items():
         if type(body[name]) not in types:

@@ -105,8 +105,10 @@ class ChainVerifier:
             self._break("non_canonical", seq, problem)
             self._advance(seq, hash_ if isinstance(hash_, str) else None)
             return
-        if entry_digest(data).hex() != hash_:
+        digest = entry_digest(data)
+        if digest.hex() != hash_:
             self._break("edited", seq, "the hash does not match the entry's canonical bytes: a field was changed")
+            digest = bytes.fromhex(hash_)  # the signature is checked against the hash the entry claims
         if columns:
             for name, value in columns.items():
                 if body[name] != value:
@@ -119,7 +121,7 @@ class ChainVerifier:
         key = self._signer_key(body, seq, first)
         if key is not None:
             try:
-                key.verify(bytes.fromhex(hash_), signature_bytes)
+                key.verify(digest, signature_bytes)
             except BadSignatureError:
                 self._break("bad_signature", seq, f"the signature does not verify under key {body['signer'][:16]}…")
             else:
