@@ -17,7 +17,10 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import make_cast
 from tests.mcp_support import PY, ROOT, db_release, node_bin, raw_row
+from tools_app.gateway import gateway
+from tools_app.mcp.server import Principal, principal_var, server_build, tool_input_schema
 from tools_app.models import McpServer, Scope, ToolCall, ToolPermission
+from tools_app.policy_store import current_policy
 
 
 @pytest.fixture
@@ -121,6 +124,21 @@ async def test_the_endpoint_needs_an_agent_token_and_a_channel(live):
         cache=None,
     ) as by_query:
         assert "note_search" in {t.name for t in (await by_query.list_tools()).tools}
+
+
+def test_header_checks_read_the_called_tools_schema_not_a_whole_listing(cast):
+    # The SDK checks Mcp-Param-* headers on every HTTP tools/call; without this lookup it ran tools/list each time.
+    assert server_build().get_tool_input_schema is tool_input_schema
+    ToolPermission.objects.create(scope=Scope.CHANNEL, channel=cast.ops, pattern="note_write", action="deny")
+    current_policy()
+    bound = principal_var.set(Principal(agent_id=cast.builder.agent.id, agent_name="builder", channel="ops"))
+    try:
+        assert tool_input_schema("note_search") == gateway().registry.get("note_search").input_schema()
+        assert tool_input_schema("note_write") is None  # denied here, so hidden here too
+        assert tool_input_schema("no_such_tool") is None
+    finally:
+        principal_var.reset(bound)
+    assert tool_input_schema("note_search") is None  # no caller bound: nothing to check against
 
 
 def _serve_env(token: str) -> dict[str, str]:

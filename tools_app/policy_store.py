@@ -82,6 +82,12 @@ def current_policy() -> CompiledPolicy:
         return _compiled
 
 
+def policy_last() -> CompiledPolicy | None:
+    """The policy this process compiled last, without a query: for a check that runs on the event loop and may lag a
+    change by one call. Decisions always read current_policy()."""
+    return _compiled
+
+
 def policy_forget() -> None:
     global _compiled
     _compiled = None

@@ -16,10 +16,11 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS, CallToolResult, ListToolsResult, TextContent, Tool
 
+from ..chokepoint.policy import is_hidden
 from ..chokepoint.service import CallOutcome, CallRejected, ScopedToolService, canonical_json
 from ..gateway import build_request_tool_service, gateway
 from ..models import CallStatus
-from ..policy_store import current_policy
+from ..policy_store import current_policy, policy_last
 from ..services import token_hash
 from .wiring import mcp_start
 
@@ -77,6 +78,24 @@ async def tools_list(ctx: Any, params: Any) -> ListToolsResult:
     except CallRejected as exc:
         raise MCPError(INVALID_PARAMS, exc.message) from None
     return ListToolsResult(tools=[Tool.model_validate(entry) for entry in service.dispatcher_schema("mcp")])
+
+
+def tool_input_schema(name: str) -> dict[str, Any] | None:
+    """The schema the SDK checks a tools/call's Mcp-Param-* headers against, for a tool this caller may see.
+
+    Without it the SDK runs tools/list on every HTTP tools/call to find that schema: a thread hop, a policy read and
+    every tool's definition, ~40 ms a call. It runs on the event loop, so it reads the policy compiled last (the token
+    check just compiled it); the call itself is decided by the chokepoint on the current policy.
+    """
+    principal = principal_var.get()
+    policy = policy_last()
+    if principal is None or policy is None:
+        return None
+    channel = policy.channels.get(principal.channel)
+    tool = gateway().registry.get(name)
+    if channel is None or tool is None or is_hidden(policy, name, principal.agent_id, channel.id):
+        return None
+    return tool.input_schema()
 
 
 def _error(text: str, structured: dict[str, Any]) -> CallToolResult:
@@ -142,6 +161,7 @@ def server_build() -> Server:
         "aleph-gateway",
         version=settings.SPECTACULAR_SETTINGS["VERSION"],
         instructions=INSTRUCTIONS,
+        get_tool_input_schema=tool_input_schema,
         on_list_tools=tools_list,
         on_call_tool=tools_call,
     )
