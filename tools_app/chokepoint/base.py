@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
@@ -188,12 +189,7 @@ class TypedTool(BaseTool):
     Args: ClassVar[type[BaseModel]]
 
     def input_schema(self) -> dict[str, Any]:
-        schema = self.Args.model_json_schema()
-        schema.pop("title", None)
-        for prop in schema.get("properties", {}).values():
-            prop.pop("title", None)
-        schema.setdefault("required", [])
-        return schema
+        return args_schema(self.Args)
 
     def parse(self, raw: dict[str, Any]) -> BaseModel:
         try:
@@ -204,6 +200,18 @@ class TypedTool(BaseTool):
                 for e in exc.errors(include_url=False, include_input=False)
             ]
             raise ToolInputError(f"invalid arguments for {self.name}", errors) from None
+
+
+@functools.cache
+def args_schema(args: type[BaseModel]) -> dict[str, Any]:
+    """An argument model's JSON Schema, built once: pydantic takes about a millisecond a model, and every listing of
+    the tools (GET tools/, MCP tools/list) asks for all of them."""
+    schema = args.model_json_schema()
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+    schema.setdefault("required", [])
+    return schema
 
 
 class ToolArgs(BaseModel):
@@ -220,11 +228,15 @@ class UntypedTool(BaseTool):
     def input_schema(self) -> dict[str, Any]:
         return self.schema
 
+    @functools.cached_property
+    def input_validator(self) -> jsonschema.protocols.Validator:
+        """Built once per tool: a validator made per call cost more than the check itself."""
+        return jsonschema.Draft202012Validator(self.input_schema())
+
     def parse(self, raw: dict[str, Any]) -> dict[str, Any]:
-        validator = jsonschema.Draft202012Validator(self.input_schema())
         errors = [
             {"loc": ".".join(str(p) for p in e.absolute_path), "msg": e.message, "type": e.validator}
-            for e in validator.iter_errors(raw)
+            for e in self.input_validator.iter_errors(raw)
         ]
         if errors:
             raise ToolInputError(f"invalid arguments for {self.name}", errors)
