@@ -4,6 +4,7 @@ import json
 import uuid
 
 import pytest
+from django.db import connection
 from rest_framework.test import APIClient
 
 from tests.conftest import client_for
@@ -139,6 +140,25 @@ def test_get_call_with_wait_zero_returns_the_finished_call(cast, as_builder):
     assert posted["result"]["success"] is True
     assert_error(as_builder.get(f"{CALLS}{posted['id']}/", {"wait": "soon"}), 400, "invalid_request")
     assert_error(as_builder.get(f"{CALLS}{posted['id']}/", {"wait": 301}), 400, "invalid_request")
+
+
+def _stored(pk: uuid.UUID) -> tuple:
+    """A row exactly as the database holds it, without the ORM's conversions on the way back."""
+    table, key = connection.ops.quote_name(ToolCall._meta.db_table), ToolCall._meta.pk
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT * FROM {table} WHERE {key.column} = %s", [key.get_db_prep_value(pk, connection)])
+        return cursor.fetchone()
+
+
+def test_the_event_log_row_is_the_one_save_would_write(cast, as_builder):
+    # The chokepoint writes new rows with a statement it builds once; they must hold what Model.save() would store.
+    posted = post_call(as_builder, tool="note_search", input={"query": "ünï ✓", "limit": 3}, session="s-1").json()
+    twin = ToolCall.objects.get(id=posted["id"])
+    assert twin.session is not None and twin.output == posted["result"]["output"]
+    twin.id = uuid.uuid4()
+    twin.save(force_insert=True)
+    written, saved = _stored(uuid.UUID(posted["id"])), _stored(twin.id)
+    assert written[1:] == saved[1:] and written[0] != saved[0]
 
 
 def test_an_agent_cannot_change_policy_or_explain(cast, as_builder):
