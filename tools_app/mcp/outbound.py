@@ -1,4 +1,4 @@
-"""HTTP MCP servers through the outbound guard: the SDK's httpx2 client rides on the guard's pinned httpx client."""
+"""HTTP MCP servers through the outbound guard: the SDK's httpx2 client rides on the guard's pinned httpx transport."""
 
 from __future__ import annotations
 
@@ -31,22 +31,24 @@ class _Body(httpx2.AsyncByteStream):
 
 
 class GuardedTransport(httpx2.AsyncBaseTransport):
-    """Hands every httpx2 request to a guarded httpx client, so each hop is vetted and dials only vetted addresses."""
+    """Hands every httpx2 request to the guard's transport, so each hop is vetted and dials only vetted addresses.
 
-    def __init__(self, client: httpx.AsyncClient):
-        self._client = client
+    The httpx2 client above already does what a client does (headers, cookies, redirects, timeouts); a second httpx
+    client in between only repeated it, about 0.4 ms a call."""
+
+    def __init__(self, transport: httpx.AsyncBaseTransport):
+        self._transport = transport
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        body = await request.aread()
-        inner = self._client.build_request(
+        inner = httpx.Request(
             request.method,
             str(request.url),
             headers=list(request.headers.raw),
-            content=body,
+            content=await request.aread(),
             extensions={"timeout": request.extensions["timeout"]} if "timeout" in request.extensions else None,
         )
         try:
-            response = await self._client.send(inner, stream=True)
+            response = await self._transport.handle_async_request(inner)
         except httpx.TimeoutException as exc:
             raise httpx2.ConnectTimeout(str(exc), request=request) from exc
         except httpx.HTTPError as exc:  # the guard's refusal (SsrfBlocked) lands here, naming the rule
@@ -56,7 +58,7 @@ class GuardedTransport(httpx2.AsyncBaseTransport):
         )
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._transport.aclose()
 
 
 def guarded_http_client_factory(outbound: Outbound) -> Any:
@@ -65,7 +67,7 @@ def guarded_http_client_factory(outbound: Outbound) -> Any:
     async def factory(spec: ServerSpec, auth: httpx2.Auth | None) -> httpx2.AsyncClient:
         allow = await outbound.allow_list()
         own = AllowList.parse(spec.network_allow, skip_invalid=True)
-        inner = outbound.client(allow=AllowList((*allow.entries, *own.entries)), follow_redirects=False)
+        inner = outbound.transport(AllowList((*allow.entries, *own.entries)))
         return httpx2.AsyncClient(
             transport=GuardedTransport(inner),
             timeout=httpx2.Timeout(30, read=300),

@@ -37,6 +37,10 @@ class Outbound:
     def guard(self, allow: AllowList) -> Guard:
         return Guard(allow=allow, resolver=self.resolver)
 
+    def transport(self, allow: AllowList) -> GuardedTransport:
+        """The guarded transport alone, for a client library of its own (the MCP SDK's httpx2) to send through."""
+        return GuardedTransport(guard=self.guard(allow), ssl_context=self.ssl_context, connector=self.connector)
+
     def client(
         self,
         *,
@@ -53,9 +57,8 @@ class Outbound:
         for forbidden in ("transport", "mounts", "proxy", "trust_env", "verify"):
             if forbidden in options:
                 raise TypeError(f"{forbidden} cannot be set on an outbound client: the guard owns it")
-        transport = GuardedTransport(guard=self.guard(allow), ssl_context=self.ssl_context, connector=self.connector)
         return httpx.AsyncClient(
-            transport=transport,
+            transport=self.transport(allow),
             trust_env=False,
             timeout=timeout,
             follow_redirects=follow_redirects,
