@@ -54,13 +54,21 @@ def call_events(call: ToolCall, *, mutating: bool, channel: str) -> list[Event]:
     return events
 
 
+def signs(call: ToolCall, *, mutating: bool) -> bool:
+    """Whether `call_events` gives this call any entry, without building them (no hashing of the arguments)."""
+    if call.status not in RAN and call.status not in REFUSED:
+        return False
+    return call.decided_by in DECIDED_BY_PEOPLE or call.status in REFUSED or mutating
+
+
 class LedgerRecorder:
     """Appends inside the transaction that writes the finished call: both land, or neither does."""
 
+    def records(self, call: ToolCall, *, mutating: bool) -> bool:
+        return signs(call, mutating=mutating)
+
     def record(self, call: ToolCall, *, mutating: bool) -> None:
-        if call.status not in RAN and call.status not in REFUSED:
-            return
-        if not call_events(call, mutating=mutating, channel=""):
+        if not signs(call, mutating=mutating):
             # Most calls are reads that ran: nothing to sign, so no query for the channel's name either.
             return
         channel = Channel.objects.filter(id=call.channel_id).values_list("name", flat=True).first() or ""

@@ -24,7 +24,7 @@ from ledger_app.entries import (
     strict_loads,
 )
 from ledger_app.models import AgentKey, ChainHead, LedgerEntry
-from ledger_app.recorder import LedgerRecorder
+from ledger_app.recorder import LedgerRecorder, call_events
 from ledger_app.services import SEAL_PURPOSE, Event, key_revoke, key_rotate, ledger_append
 from tests.conftest import client_for
 from tests.ledger_support import ledger_command, sql
@@ -270,6 +270,7 @@ def test_the_recorder_writes_the_right_entries(cast, status, decided_by, princip
         LedgerRecorder().record(call, mutating=mutating)
     written = entries(cast.builder.agent)[1:]
     assert [(e["action"], e["outcome"], e["principal"]) for e in written] == expected
+    assert LedgerRecorder().records(call, mutating=mutating) == bool(expected)
     args, _ = arguments_sha256(call.input)
     for entry in written:
         assert entry["tool"] == "note_write" and entry["call"] == str(call.id) and entry["args_sha256"] == args
@@ -280,6 +281,20 @@ def test_the_recorder_writes_the_right_entries(cast, status, decided_by, princip
     if written and "reason" in written[0]["detail"]:
         assert len(written[0]["detail"]["reason"]) < 600 and written[0]["detail"]["reason"].endswith("chars]")
     verified("builder")
+
+
+DECIDERS = ("tier", "entry", "floor", "unattended", "timeout", "operator", "grant", "session")
+
+
+@pytest.mark.parametrize("mutating", [True, False])
+@pytest.mark.parametrize("decided_by", DECIDERS)
+@pytest.mark.parametrize("status", CallStatus.values)
+def test_the_recorder_says_beforehand_exactly_when_it_signs(status, decided_by, mutating):
+    """The chokepoint skips the transaction when `records` says no: it must never say no to a call that signs."""
+    call = ToolCall(tool="note_write", input={"text": "x"}, status=status, decided_by=decided_by)
+    finished = status in (CallStatus.SUCCEEDED, CallStatus.FAILED, CallStatus.DENIED, CallStatus.EXPIRED)
+    signed = finished and bool(call_events(call, mutating=mutating, channel="ops"))
+    assert LedgerRecorder().records(call, mutating=mutating) == signed
 
 
 def test_an_entry_lands_only_if_the_call_row_lands(cast):

@@ -81,6 +81,9 @@ class ApprovalGate(Protocol):
 
 
 class Recorder(Protocol):
+    def records(self, call: ToolCall, *, mutating: bool) -> bool:
+        """Whether `record` writes anything for this finished call; when not, its event-log row needs no transaction."""
+
     def record(self, call: ToolCall, *, mutating: bool) -> None:
         """Called inside the transaction that writes the finished call to the event log."""
 
@@ -104,6 +107,9 @@ class NoApprovalGate:
 
 
 class NullRecorder:
+    def records(self, call: ToolCall, *, mutating: bool) -> bool:
+        return False
+
     def record(self, call: ToolCall, *, mutating: bool) -> None:
         return None
 
@@ -429,6 +435,10 @@ class ScopedToolService:
         return CallOutcome(str(call.id), call.tool, status, decision, result)
 
     def _write(self, call: ToolCall, mutating: bool) -> None:
+        if call._state.adding and not self.recorder.records(call, mutating=mutating):
+            # Most calls are reads that ran: nothing to sign, and one INSERT is atomic on its own.
+            _insert(call)
+            return
         with transaction.atomic():
             if call._state.adding:
                 _insert(call)
