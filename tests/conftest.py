@@ -1,5 +1,6 @@
 """The fixed cast every suite shares: admin, an operator of `ops`, an auditor, an outsider; agents builder and scout."""
 
+import contextlib
 import os
 from types import SimpleNamespace
 
@@ -109,3 +110,19 @@ def daphne_server(transactional_db):
     yield SimpleNamespace(url=f"http://127.0.0.1:{port}", ws_url=f"ws://127.0.0.1:{port}", port=port)
     process.terminate()
     process.join(timeout=10)
+
+
+@contextlib.contextmanager
+def chromium():
+    """Debian's Chromium under Playwright, launched with the browser runtime's own executable and flags. Open it only
+    after the test's rows are written: Playwright's sync API runs an event loop, where Django's ORM refuses."""
+    from playwright.sync_api import sync_playwright
+
+    from tools_app.browser.runtime import CHROMIUM, LAUNCH_ARGS
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=list(LAUNCH_ARGS), headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()

@@ -7,12 +7,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import chromium
 from tools_app.browser.runtime import CHROMIUM as BROWSER_EXECUTABLE
-from tools_app.browser.runtime import LAUNCH_ARGS
 
 CHROMIUM = BROWSER_EXECUTABLE
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-CHROMIUM_ARGS = list(LAUNCH_ARGS)
 
 pytestmark = [
     pytest.mark.browser,
@@ -29,13 +28,9 @@ def live_cast(daphne_server):
 
 @pytest.fixture
 def browser(live_cast):
-    """Launched after the cast is written: Playwright's sync API runs an event loop, where Django's ORM refuses."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield chromium
-        chromium.close()
+    """Launched after the rows are written (see tests.conftest.chromium)."""
+    with chromium() as launched:
+        yield launched
 
 
 def signed_in_page(browser, server, person):

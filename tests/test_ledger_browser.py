@@ -8,13 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.conftest import chromium
 from tests.ledger_support import run_script, sql, tampering
 from tools_app.browser.runtime import CHROMIUM as BROWSER_EXECUTABLE
-from tools_app.browser.runtime import LAUNCH_ARGS
 
 CHROMIUM = BROWSER_EXECUTABLE
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-CHROMIUM_ARGS = list(LAUNCH_ARGS)
 ENTRIES = 2600  # more than one verification step (2,000), so the progress bar moves
 
 pytestmark = [
@@ -55,12 +54,9 @@ def live_chain(daphne_server, monkeypatch):
 
 @pytest.fixture
 def browser(live_chain):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield chromium
-        chromium.close()
+    """Launched after the rows are written (see tests.conftest.chromium)."""
+    with chromium() as launched:
+        yield launched
 
 
 def signed_in(browser, server, person, width=1280, height=900):

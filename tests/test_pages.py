@@ -11,13 +11,11 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import NoReverseMatch, reverse
 
-from tests.conftest import client_for
+from tests.conftest import chromium, client_for
 from tools_app.browser.runtime import CHROMIUM as BROWSER_EXECUTABLE
-from tools_app.browser.runtime import LAUNCH_ARGS
 from tools_app.models import Scope, ToolPermission
 
 CHROMIUM = BROWSER_EXECUTABLE
-CHROMIUM_ARGS = list(LAUNCH_ARGS)
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 
 
@@ -158,43 +156,35 @@ def live_dashboard(daphne_server):
 def test_the_dashboard_fits_a_laptop_and_a_phone(daphne_server, live_dashboard):
     if not os.access(CHROMIUM, os.X_OK):
         pytest.skip(f"{CHROMIUM} is missing: Debian's chromium package is not installed")
-    from playwright.sync_api import sync_playwright
-
     ARTIFACTS.mkdir(exist_ok=True)
     admin = live_dashboard.admin
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            for size, viewport in (
-                ("laptop", {"width": 1280, "height": 800}),
-                ("phone", {"width": 390, "height": 844}),
-            ):
-                context = browser.new_context(viewport=viewport, device_scale_factor=1)
-                page = context.new_page()
-                page.goto(f"{daphne_server.url}/")
-                assert page.url == f"{daphne_server.url}/login/?next=/"
-                page.fill("input[name=username]", admin.user.username)
-                page.fill("input[name=password]", admin.password)
-                page.click("button[type=submit]")
-                page.wait_for_url(f"{daphne_server.url}/")
-                assert page.locator("h1").inner_text() == "Dashboard"
-                assert page.locator("tbody tr").count() == 6
-                assert page.locator("nav.nav a", has_text="Admin").is_visible()
-                assert page.locator("button", has_text="Sign out").is_visible()
-                page.screenshot(path=str(ARTIFACTS / f"dashboard-{size}.png"), full_page=True)
-                widths = page.evaluate(
-                    "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
-                )
-                assert widths[0] <= widths[1], f"{size}: the page scrolls sideways ({widths[0]} > {widths[1]} px)"
-                outside = page.evaluate(
-                    """() => [...document.querySelectorAll('header *, h1, .tile, .card')]
-                        .filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
-                        .map(e => e.tagName + '.' + e.className)"""
-                )
-                assert outside == [], f"{size}: elements run past the right edge: {outside}"
-                context.close()
-        finally:
-            browser.close()
+    with chromium() as browser:
+        for size, viewport in (
+            ("laptop", {"width": 1280, "height": 800}),
+            ("phone", {"width": 390, "height": 844}),
+        ):
+            context = browser.new_context(viewport=viewport, device_scale_factor=1)
+            page = context.new_page()
+            page.goto(f"{daphne_server.url}/")
+            assert page.url == f"{daphne_server.url}/login/?next=/"
+            page.fill("input[name=username]", admin.user.username)
+            page.fill("input[name=password]", admin.password)
+            page.click("button[type=submit]")
+            page.wait_for_url(f"{daphne_server.url}/")
+            assert page.locator("h1").inner_text() == "Dashboard"
+            assert page.locator("tbody tr").count() == 6
+            assert page.locator("nav.nav a", has_text="Admin").is_visible()
+            assert page.locator("button", has_text="Sign out").is_visible()
+            page.screenshot(path=str(ARTIFACTS / f"dashboard-{size}.png"), full_page=True)
+            widths = page.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+            assert widths[0] <= widths[1], f"{size}: the page scrolls sideways ({widths[0]} > {widths[1]} px)"
+            outside = page.evaluate(
+                """() => [...document.querySelectorAll('header *, h1, .tile, .card')]
+                    .filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
+                    .map(e => e.tagName + '.' + e.className)"""
+            )
+            assert outside == [], f"{size}: elements run past the right edge: {outside}"
+            context.close()
 
 
 def test_the_dashboard_shows_each_chains_status(cast, as_builder):
