@@ -5,6 +5,7 @@ import ssl
 
 import httpcore
 import httpx
+import httpx2
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -15,7 +16,7 @@ from tools_app.builtin.web import WebFetch
 from tools_app.chokepoint.base import ToolContext
 from tools_app.net import AllowList, Guard, Outbound, SsrfBlocked
 from tools_app.net.testing import RecordingConnector, ScriptedResolver, StubServer, respond
-from tools_app.net.transport import GuardedTransport, PinnedBackend
+from tools_app.net.transport import GuardedHttpx2Transport, GuardedTransport, PinnedBackend
 
 CTX = ToolContext(call_id="c", agent_id=1, agent_name="builder", channel_name="ops", session_key=None, attended=True)
 
@@ -224,6 +225,58 @@ async def test_unix_sockets_and_unpinned_dials_are_refused():
     with pytest.raises(SsrfBlocked) as caught:
         await backend.connect_tcp("127.0.0.1", 6379)
     assert caught.value.rule == "unpinned"
+
+
+# -- the httpx2 flavour (the MCP SDK's client) ------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", sorted(BAD_REDIRECTS))
+async def test_the_httpx2_transport_refuses_each_bad_redirect_before_connecting(stub, path):
+    outbound, _, connector = door(stub)
+    transport = outbound.transport_httpx2(await outbound.allow_list())
+    async with httpx2.AsyncClient(transport=transport, follow_redirects=True, trust_env=False) as client:
+        with pytest.raises((httpx2.ConnectError, UnicodeError)) as caught:
+            await client.get(stub.url(path))
+    if caught.type is httpx2.ConnectError:
+        assert f"(rule {BAD_REDIRECTS[path][2]})" in str(caught.value)
+        assert isinstance(caught.value.__cause__, SsrfBlocked)
+    assert set(connector.attempts) == {("127.0.0.1", stub.port)}
+    assert [s.path for s in stub.seen] == [path]
+
+
+async def test_the_httpx2_transport_dials_the_vetted_address_and_keeps_the_name(stub):
+    allow_list = AllowList.parse([f"stub.test:{stub.port}"])
+    outbound = Outbound(resolver=ScriptedResolver({"stub.test": ["127.0.0.1"]}))
+    async with httpx2.AsyncClient(transport=outbound.transport_httpx2(allow_list), trust_env=False) as client:
+        response = await client.get(f"http://stub.test:{stub.port}/ok")
+    assert response.status_code == 200 and response.text == "arrived"
+    assert stub.seen[-1].host == f"stub.test:{stub.port}"
+
+
+async def test_the_httpx2_transport_never_follows_a_rebinding_name_to_loopback():
+    resolver = ScriptedResolver({"rebind.test": [["93.184.216.34"], ["127.0.0.1"]]})
+    connector = RecordingConnector()
+    transport = GuardedHttpx2Transport(  # no keep-alive window: every request asks the resolver again
+        guard=Guard(resolver=resolver),
+        ssl_context=ssl.create_default_context(),
+        connector=connector,
+        limits=httpx.Limits(keepalive_expiry=0),
+    )
+    async with httpx2.AsyncClient(transport=transport, trust_env=False) as client:
+        first = await client.get("http://rebind.test/")
+        assert first.text == "canned"
+        with pytest.raises(httpx2.ConnectError, match=r"\(rule loopback\)"):
+            await client.get("http://rebind.test/")
+    assert connector.attempts == [("93.184.216.34", 80)]
+
+
+async def test_the_httpx2_transport_refuses_an_unresolvable_name_before_dialing():
+    connector = RecordingConnector()
+    transport = Outbound(resolver=ScriptedResolver({}), connector=connector).transport_httpx2(AllowList())
+    async with httpx2.AsyncClient(transport=transport, trust_env=False) as client:
+        with pytest.raises(httpx2.ConnectError, match="could not resolve nowhere.test"):
+            await client.get("http://nowhere.test/")
+    assert connector.attempts == []
 
 
 # -- TLS ------------------------------------------------------------------------------------------

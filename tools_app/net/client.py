@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpcore
+import httpcore2
 import httpx
 from asgiref.sync import sync_to_async
 
 from .guard import MAX_REDIRECTS, AllowList, Guard, Resolver, Target, system_resolve
-from .transport import GuardedTransport
+from .transport import GuardedHttpx2Transport, GuardedTransport
 
 
 @dataclass
@@ -22,7 +23,7 @@ class Outbound:
 
     allow_source: Callable[[], AllowList] = AllowList
     resolver: Resolver = system_resolve
-    connector: httpcore.AsyncNetworkBackend | None = None
+    connector: httpcore.AsyncNetworkBackend | httpcore2.AsyncNetworkBackend | None = None
     verify: ssl.SSLContext | bool = True
 
     @functools.cached_property
@@ -40,6 +41,10 @@ class Outbound:
     def transport(self, allow: AllowList) -> GuardedTransport:
         """The guarded transport alone, for a client library of its own (the MCP SDK's httpx2) to send through."""
         return GuardedTransport(guard=self.guard(allow), ssl_context=self.ssl_context, connector=self.connector)
+
+    def transport_httpx2(self, allow: AllowList) -> GuardedHttpx2Transport:
+        """The same guarded transport for httpx2, the MCP SDK's HTTP client."""
+        return GuardedHttpx2Transport(guard=self.guard(allow), ssl_context=self.ssl_context, connector=self.connector)
 
     def client(
         self,

@@ -1,15 +1,21 @@
-"""The pinned transport: every request is vetted, then its connection dials exactly the vetted address."""
+"""The pinned transports: every request is vetted, then its connection dials exactly the vetted address.
+
+Two flavours share the vetting and the pin: one for httpx (web_fetch, every other outbound client) and one for httpx2,
+the HTTP client the MCP SDK brings, so an HTTP MCP server is reached through the guard without a second client stack.
+"""
 
 from __future__ import annotations
 
 import ssl
 import time
 from collections.abc import Iterable
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 
 import httpcore
+import httpcore2
 import httpx
+import httpx2
 
 from .guard import Guard, SsrfBlocked, Target
 
@@ -30,8 +36,13 @@ DEFAULT_LIMITS = httpx.Limits(max_connections=20, max_keepalive_connections=10, 
 _pin: ContextVar[Pin | None] = ContextVar("aleph_outbound_pin", default=None)
 
 
+# A failed dial to one vetted address moves on to the next; both httpcore flavours' errors mean the same.
+CONNECT_FAILURES = (httpcore.ConnectError, httpcore.ConnectTimeout, httpcore2.ConnectError, httpcore2.ConnectTimeout)
+
+
 class PinnedBackend(httpcore.AsyncNetworkBackend):
-    """httpcore's network backend, reduced to dialing the vetted addresses; TLS SNI and Host keep the name."""
+    """A network backend reduced to dialing the vetted addresses; TLS SNI and Host keep the name. It serves httpcore
+    and httpcore2 pools alike (their backends share one interface); `connector` is the flavour's real backend."""
 
     def __init__(self, connector: httpcore.AsyncNetworkBackend):
         self.connector = connector
@@ -53,7 +64,7 @@ class PinnedBackend(httpcore.AsyncNetworkBackend):
                 return await self.connector.connect_tcp(
                     address, port, timeout=timeout, local_address=local_address, socket_options=socket_options
                 )
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+            except CONNECT_FAILURES as exc:
                 failure = exc
         raise failure or httpcore.ConnectError(f"no address to dial for {host}")
 
@@ -69,31 +80,14 @@ class PinnedBackend(httpcore.AsyncNetworkBackend):
         await self.connector.sleep(seconds)
 
 
-class GuardedTransport(httpx.AsyncHTTPTransport):
-    """httpx's transport over a connection pool whose backend is pinned; no proxy, no unix socket, no retries."""
+class _Pinning:
+    """The vetting both transports share: check the URL, resolve it (answers reused for a keep-alive window) and pin
+    the request's connection to the vetted addresses while the pool handles it."""
 
-    def __init__(
-        self,
-        *,
-        guard: Guard,
-        ssl_context: ssl.SSLContext,
-        connector: httpcore.AsyncNetworkBackend | None = None,
-        limits: httpx.Limits = DEFAULT_LIMITS,
-    ):
-        # The parent's __init__ is skipped on purpose: it would build its pool from proxy settings; this one has none.
+    def _pinning_init(self, guard: Guard, keepalive_expiry: float | None) -> None:
         self.guard = guard
         self._answers: dict[tuple[str, int], tuple[float, tuple[str, ...]]] = {}
-        self._answer_ttl = limits.keepalive_expiry or 0.0
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ssl_context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            http1=True,
-            http2=False,
-            retries=0,
-            network_backend=PinnedBackend(connector or httpcore.AnyIOBackend()),
-        )
+        self._answer_ttl = keepalive_expiry or 0.0
 
     async def _addresses(self, target: Target) -> tuple[str, ...]:
         """Vetted answers are reused within the keep-alive window, as a pooled connection to them would be."""
@@ -108,11 +102,76 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
         self._answers[key] = (now + self._answer_ttl, addresses)
         return addresses
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        target = self.guard.check_url(request.url)
+    async def _pin_for(self, url: httpx.URL | httpx2.URL) -> Token[Pin | None]:
+        target = self.guard.check_url(url)
         addresses = await self._addresses(target)
-        token = _pin.set(Pin(request.url.raw_host.decode("ascii"), target.port, addresses))
+        return _pin.set(Pin(url.raw_host.decode("ascii"), target.port, addresses))
+
+
+class GuardedTransport(_Pinning, httpx.AsyncHTTPTransport):
+    """httpx's transport over a connection pool whose backend is pinned; no proxy, no unix socket, no retries."""
+
+    def __init__(
+        self,
+        *,
+        guard: Guard,
+        ssl_context: ssl.SSLContext,
+        connector: httpcore.AsyncNetworkBackend | None = None,
+        limits: httpx.Limits = DEFAULT_LIMITS,
+    ):
+        # The parent's __init__ is skipped on purpose: it would build its pool from proxy settings; this one has none.
+        self._pinning_init(guard, limits.keepalive_expiry)
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=ssl_context,
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            http1=True,
+            http2=False,
+            retries=0,
+            network_backend=PinnedBackend(connector or httpcore.AnyIOBackend()),
+        )
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        token = await self._pin_for(request.url)
         try:
             return await super().handle_async_request(request)
+        finally:
+            _pin.reset(token)
+
+
+class GuardedHttpx2Transport(_Pinning, httpx2.AsyncHTTPTransport):
+    """The same pinned pool for httpx2 (the MCP SDK's client). A refusal surfaces as httpx2's ConnectError carrying
+    the guard's message (rule and all), which is what the SDK and the MCP servers page report."""
+
+    def __init__(
+        self,
+        *,
+        guard: Guard,
+        ssl_context: ssl.SSLContext,
+        connector: httpcore2.AsyncNetworkBackend | None = None,
+        limits: httpx.Limits = DEFAULT_LIMITS,
+    ):
+        self._pinning_init(guard, limits.keepalive_expiry)
+        self._pool = httpcore2.AsyncConnectionPool(
+            ssl_context=ssl_context,
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            http1=True,
+            http2=False,
+            retries=0,
+            network_backend=PinnedBackend(connector or httpcore2.AnyIOBackend()),
+        )
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        try:
+            token = await self._pin_for(request.url)
+        except httpx.HTTPError as exc:  # SsrfBlocked, or the resolver's failure
+            raise httpx2.ConnectError(str(exc), request=request) from exc
+        try:
+            return await super().handle_async_request(request)
+        except SsrfBlocked as exc:  # the backend's own refusal of an unpinned dial
+            raise httpx2.ConnectError(str(exc), request=request) from exc
         finally:
             _pin.reset(token)
