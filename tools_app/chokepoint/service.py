@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -12,11 +11,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from asgiref.sync import sync_to_async
-from django.db import connections, router, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from ..models import CallStatus, ToolCall
 from .base import SELF_PROTECTED_TOOLS, BaseTool, ToolContext, ToolDefinition, ToolInputError, ToolResult
+from .event_log import insert, insert_from_loop
 from .policy import ASK, DENY, AgentInfo, ChannelInfo, CompiledPolicy, Decision, decide, is_hidden
 from .registry import ToolRegistry
 
@@ -431,39 +431,19 @@ class ScopedToolService:
             call.output = result.output
             call.error = result.error.as_dict() if result.error else None
             call.duration_ms = result.duration_ms
-        await sync_to_async(self._write)(call, mutating)
+        # Most calls are reads that ran: nothing to sign, and one INSERT is atomic on its own.
+        alone = call._state.adding and not self.recorder.records(call, mutating=mutating)
+        if not (alone and insert_from_loop(call)):
+            await sync_to_async(self._write)(call, mutating)
         return CallOutcome(str(call.id), call.tool, status, decision, result)
 
     def _write(self, call: ToolCall, mutating: bool) -> None:
         if call._state.adding and not self.recorder.records(call, mutating=mutating):
-            # Most calls are reads that ran: nothing to sign, and one INSERT is atomic on its own.
-            _insert(call)
+            insert(call)
             return
         with transaction.atomic():
             if call._state.adding:
-                _insert(call)
+                insert(call)
             else:
                 call.save(force_update=True)
             self.recorder.record(call, mutating=mutating)
-
-
-@functools.cache
-def _insert_sql(alias: str) -> str:
-    quote = connections[alias].ops.quote_name
-    fields = ToolCall._meta.concrete_fields
-    columns = ", ".join(quote(f.column) for f in fields)
-    # Only the model's own table and column names go into the text; every value is a parameter.
-    return f"INSERT INTO {quote(ToolCall._meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"  # noqa: S608
-
-
-def _insert(call: ToolCall) -> None:
-    """A new event-log row: the statement save() would send, built once. Every call writes one, and save() compiling
-    it anew each time cost more than the database's own work here. Sends no save signals (ToolCall has none)."""
-    alias = router.db_for_write(ToolCall, instance=call)
-    connection = connections[alias]
-    fields = ToolCall._meta.concrete_fields
-    params = [field.get_db_prep_save(field.pre_save(call, True), connection) for field in fields]
-    with connection.cursor() as cursor:
-        cursor.execute(_insert_sql(alias), params)
-    call._state.adding = False
-    call._state.db = alias
