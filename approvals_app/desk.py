@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 import uuid
 import weakref
@@ -34,8 +35,21 @@ IDLE_LINGER_S = 30.0
 
 
 def _db(function):
-    # Not thread-sensitive: a parked call outlives the request that made it, and so does its thread context.
-    return database_sync_to_async(function, thread_sensitive=False)
+    """`function` in a worker thread. Not thread-sensitive: a parked call outlives the request that made it, and so
+    does its thread context. asgiref cannot stop a sync function once it runs, so a cancellation that lands meanwhile
+    is swallowed and the result returned; it is raised here instead, once the function is done, so a call whose
+    caller went away stops waiting (and cancels its card) rather than waiting out the deadline."""
+    run = database_sync_to_async(function, thread_sensitive=False)
+
+    @functools.wraps(function)
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        result = await run(*args, **kwargs)
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
+        return result
+
+    return call
 
 
 class _Waiters:

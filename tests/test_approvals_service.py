@@ -8,10 +8,11 @@ import time
 from datetime import timedelta
 
 import pytest
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 from django.test import Client
 from django.utils import timezone
 
+from approvals_app import desk
 from approvals_app.models import ApprovalRequest, Grant, Status
 from approvals_app.services import approval_decide, approval_expire_overdue, grant_revoke
 from tests.approvals_support import _close_worker_connections, in_thread, make_pending, parked_request, start_call  # noqa: F401
@@ -156,6 +157,38 @@ async def test_a_call_that_stops_waiting_cancels_its_card(cast):
     stored = await ApprovalRequest.objects.aget(pk=request.pk)
     assert stored.status == Status.CANCELLED
     assert (await ToolCall.objects.aget(id=request.call_id)).status == "expired"
+
+
+async def _finishes_despite_cancellation():
+    try:
+        await asyncio.sleep(0.5)
+    except asyncio.CancelledError:
+        pass  # as a channel layer's send may, once it has started
+
+
+async def test_a_call_cancelled_while_its_card_is_being_announced_still_stops(cast, monkeypatch):
+    """A cancellation landing while a worker thread is back on the loop (a card's broadcast) is swallowed by asgiref
+    when that inner work ends normally: the thread's result comes back as if nothing happened. The desk must not
+    take that for leave to go on waiting until the deadline."""
+    announcing = threading.Event()
+    open_card = desk.approval_open
+
+    def open_and_announce(**kwargs):
+        request = open_card(**kwargs)
+        announcing.set()
+        async_to_sync(_finishes_despite_cancellation)()
+        return request
+
+    monkeypatch.setattr(desk, "approval_open", open_and_announce)
+    task = await start_call(cast.builder.agent, "note_write", {"text": "bye"})
+    assert await asyncio.to_thread(announcing.wait, 5)
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    stored = await ApprovalRequest.objects.aget()
+    assert stored.status == Status.CANCELLED
+    assert (await ToolCall.objects.aget(id=stored.call_id)).status == "expired"
 
 
 # -- standing grants ------------------------------------------------------------------------------
