@@ -233,7 +233,8 @@ def main() -> int:
     print(f"- (server CPU per request: the bare view's is {cpu_ratio:.0%} of calls/'s)")
     print(
         f"- (machine load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after, on {os.cpu_count()} CPUs; "
-        "calls/ makes two more thread hops per request than the bare view and loses more when the machine is busy)"
+        "calls/ makes one more thread hop per request than the bare view, for note_search's query, and loses more when "
+        "the machine is busy)"
     )
     return 0
 

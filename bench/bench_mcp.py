@@ -113,9 +113,9 @@ async def measure(agent_id: int, http_url: str) -> dict[str, list[float]]:
                 },
             }
             for transport, calls in paths.items():
-                per_round = PER_ROUND if transport == "stdio" else PER_ROUND // 4
+                per_round = PER_ROUND if transport == "stdio" else PER_ROUND // 2
                 for call in calls.values():
-                    await timed(call, WARMUP // (1 if transport == "stdio" else 4))
+                    await timed(call, WARMUP // (1 if transport == "stdio" else 2))
                 for round_ in range(ROUNDS):
                     # Alternate the order each round, so drift on a busy machine falls on both sides alike.
                     order = list(calls) if round_ % 2 == 0 else list(reversed(calls))
