@@ -280,7 +280,7 @@ async def test_a_grant_never_overrides_a_deny_entry(cast):
 class HardlineFloor:
     """A command floor like the sandbox's hardline rules: no entry, tier or grant lowers it."""
 
-    def check(self, tool, args):
+    def check(self, tool, args, policy):
         if "rm -rf /" in getattr(args, "text", ""):
             return Decision(DENY, "floor", "command_policy:rm_root", "Deleting the root filesystem is never allowed.")
         return None

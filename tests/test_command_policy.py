@@ -3,7 +3,10 @@
 import pytest
 
 from tests.shared import shared_path
-from tools_app.command_policy import HARDLINE, CommandPolicy, CommandPolicySpec, RuleSpec, command_policy_store
+from tools_app.chokepoint.policy import command_rules_compile
+from tools_app.command_policy import HARDLINE, CommandPolicy, RuleSpec
+from tools_app.models import CommandRule
+from tools_app.policy_store import current_policy
 
 CORPUS = shared_path("vectors", "commands.tsv")
 
@@ -153,8 +156,8 @@ MORE_PASSING = [
 
 
 @pytest.fixture
-def policy(tmp_path):
-    return CommandPolicy(store=tmp_path / "command_policy.json")
+def policy():
+    return CommandPolicy()
 
 
 def test_the_corpus_has_the_rows_the_issue_names():
@@ -217,16 +220,11 @@ def test_python_code_gets_only_the_admin_rules(policy):
     assert policy.evaluate(language="python3", text="import os; os.system('rm -rf /')").blocked is None
 
 
-def test_custom_block_and_warn_rules(policy):
-    command_policy_store(
-        path=policy.store,
-        spec=CommandPolicySpec(
-            custom_rules=[
-                RuleSpec(name="no_publish", regex=r"\bnpm\s+publish\b", action="block", reason="For people."),
-                RuleSpec(name="pushes", regex=r"^git push\b", action="warn"),
-            ]
-        ),
+def test_custom_block_and_warn_rules():
+    rules = command_rules_compile(
+        [("no_publish", r"\bnpm\s+publish\b", "block", "For people."), ("pushes", r"^git push\b", "warn", "")]
     )
+    policy = CommandPolicy(rules=lambda: rules)
     blocked = policy.evaluate(language="bash", text="cd pkg && npm publish")
     assert blocked.blocked.name == "no_publish" and blocked.blocked.reason == "For people."
     # The admin's rules also see normalised commands: quotes and wrappers do not hide `git push`.
@@ -240,9 +238,10 @@ def test_custom_rules_cannot_take_a_hardline_name():
         RuleSpec(name="rm_critical", regex="x", action="block")
 
 
-def test_a_broken_rules_file_blocks_everything(policy):
-    policy.store.write_text("{not json")
-    assert policy.evaluate(language="bash", text="ls").blocked.name == "unreadable_rules"
+def test_a_stored_rule_that_does_not_compile_blocks_everything():
+    rules = command_rules_compile([("broken", "(", "warn", "")])
+    verdict = CommandPolicy().evaluate(language="bash", text="ls", rules=rules)
+    assert verdict.blocked.name == "broken" and "broken" in verdict.blocked.reason
 
 
 # -- [sandbox.command_policy] in aleph.toml -------------------------------------------------------------------------
@@ -270,39 +269,38 @@ action = "block"                         # block | warn
 """
 
 
-@pytest.fixture
-def data_dir(settings, tmp_path):
-    settings.DATA_DIR = tmp_path
-    return tmp_path
+def floor_now() -> CommandPolicy:
+    """The floor as the sandbox runs it: the rules of the current policy."""
+    return CommandPolicy(rules=lambda: current_policy().command_rules)
 
 
 @pytest.mark.django_db
-def test_aleph_toml_sets_the_admins_rules_and_exports_them(data_dir, django_capture_on_commit_callbacks):
-    from tools_app.command_policy import rules_path
+def test_aleph_toml_sets_the_admins_rules_and_exports_them():
     from tools_app.policy_toml import policy_export, policy_import
 
-    with django_capture_on_commit_callbacks(execute=True):
-        policy_import(text=SANDBOX_TOML)
-    floor = CommandPolicy(store=rules_path())
+    policy_import(text=SANDBOX_TOML)
+    floor = floor_now()
     assert floor.evaluate(language="bash", text="npm publish").blocked.name == "no_publish"
-    assert "sandbox" in policy_export()
-    with django_capture_on_commit_callbacks(execute=True):
-        policy_import(text=policy_export())
+    exported = policy_export()
+    assert "sandbox" in exported
+    policy_import(text=exported)
+    assert policy_export() == exported
     assert floor.evaluate(language="bash", text="npm publish").blocked.name == "no_publish"
     assert [w.name for w in floor.evaluate(language="bash", text="git push").warnings] == ["pushes"]
+    policy_import(text="[sandbox.command_policy]\ncustom_rules = []\n")
+    assert CommandRule.objects.count() == 0
+    assert floor.evaluate(language="bash", text="npm publish").blocked is None
 
 
 RULES = "[sandbox.command_policy]\n[[sandbox.command_policy.custom_rules]]\n{}\n"
 
 
 @pytest.mark.django_db
-def test_the_api_md_example_blocks(data_dir, django_capture_on_commit_callbacks):
-    from tools_app.command_policy import rules_path
+def test_the_api_md_example_blocks():
     from tools_app.policy_toml import policy_import
 
-    with django_capture_on_commit_callbacks(execute=True):
-        policy_import(text=API_MD_RULE)
-    verdict = CommandPolicy(store=rules_path()).evaluate(language="bash", text="echo $AWS_SECRET_ACCESS_KEY")
+    policy_import(text=API_MD_RULE)
+    verdict = floor_now().evaluate(language="bash", text="echo $AWS_SECRET_ACCESS_KEY")
     assert verdict.blocked.name == "no_aws_secrets"
 
 
@@ -321,10 +319,79 @@ def test_the_api_md_example_blocks(data_dir, django_capture_on_commit_callbacks)
         ('[sandbox.command_policy]\ndisable = ["rm_critical"]', "disable"),
     ],
 )
-def test_a_bad_sandbox_section_changes_nothing(data_dir, django_capture_on_commit_callbacks, text, says):
-    from tools_app.command_policy import rules_path
+def test_a_bad_sandbox_section_changes_nothing(text, says):
     from tools_app.policy_toml import PolicyFileError, policy_import
 
-    with pytest.raises(PolicyFileError, match=says), django_capture_on_commit_callbacks(execute=True):
+    policy_import(text=API_MD_RULE)
+    with pytest.raises(PolicyFileError, match=says):
         policy_import(text=text)
-    assert not rules_path().exists()
+    assert list(CommandRule.objects.values_list("name", flat=True)) == ["no_aws_secrets"]
+
+
+# -- the rules as data: the floor of every process, the admin console ------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_rule_saved_anywhere_reaches_the_floor_through_the_policy_version():
+    before = current_policy()
+    assert before.command_rules.block == ()
+    CommandRule.objects.create(name="no_publish", regex=r"npm\s+publish", action="block", reason="For people.")
+    after = current_policy()
+    assert after.version != before.version
+    assert [r.name for r in after.command_rules.block] == ["no_publish"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"name": "rm_critical", "regex": "x"}, "hardline"),
+        ({"name": "Bad Name", "regex": "x"}, "lowercase"),
+        ({"name": "ok", "regex": "("}, "not a regular expression"),
+    ],
+)
+def test_the_model_refuses_what_the_toml_refuses(fields, problem):
+    from django.core.exceptions import ValidationError
+
+    with pytest.raises(ValidationError, match=problem):
+        CommandRule(action="block", **fields).full_clean()
+
+
+@pytest.mark.django_db
+def test_an_admin_edits_the_rules_in_the_console_and_is_recorded(cast):
+    from django.test import Client
+
+    browser = Client()
+    browser.force_login(cast.admin.user)
+    added = browser.post(
+        "/admin/tools_app/commandrule/add/",
+        {"name": "no_publish", "action": "block", "regex": r"npm\s+publish", "reason": "For people."},
+    )
+    assert added.status_code == 302, added.content.decode()[:2000]
+    rule = CommandRule.objects.get()
+    assert rule.changed_by == cast.admin.user
+    assert floor_now().evaluate(language="bash", text="npm publish").blocked.name == "no_publish"
+    refused = browser.post(
+        "/admin/tools_app/commandrule/add/", {"name": "rm_critical", "action": "block", "regex": "x", "reason": ""}
+    )
+    assert refused.status_code == 200 and "hardline" in refused.content.decode()
+    assert CommandRule.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_rules_left_in_the_old_file_move_into_the_table(settings, tmp_path):
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("tools_app.migrations.0005_command_rule")
+    settings.DATA_DIR = tmp_path
+    (tmp_path / "sandbox").mkdir()
+    legacy = tmp_path / "sandbox" / "command_policy.json"
+    legacy.write_text('{"custom_rules": [{"name": "old", "regex": "x", "action": "warn", "reason": "r"}]}')
+    migration.rules_from_data_dir(apps, None)
+    assert list(CommandRule.objects.values_list("name", "action", "reason")) == [("old", "warn", "r")]
+    assert not legacy.exists() and legacy.with_name("command_policy.json.imported").exists()
+    legacy.write_text("{not json")
+    with pytest.raises(RuntimeError, match="do not read"):
+        migration.rules_from_data_dir(apps, None)

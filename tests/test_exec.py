@@ -15,7 +15,7 @@ from tools_app.chokepoint.registry import ToolRegistry
 from tools_app.chokepoint.service import NoApprovalGate, Settlement
 from tools_app.command_policy import CommandPolicy
 from tools_app.gateway import Gateway, build_request_tool_service, gateway
-from tools_app.models import Agent, PolicyState, Scope, ToolCall, ToolPermission
+from tools_app.models import Agent, CommandRule, PolicyState, Scope, ToolCall, ToolPermission
 from tools_app.policy_store import current_policy
 from tools_app.sandbox import ExecResult, SandboxRefused
 
@@ -204,6 +204,21 @@ def test_the_floor_refuses_through_the_api_with_its_rule(cast, as_builder_full):
     call = response.json()
     assert response.status_code == 200 and call["status"] == "denied"
     assert (call["decision"]["decided_by"], call["decision"]["rule"]) == ("floor", "command_policy:rm_critical")
+
+
+@pytest.mark.django_db
+def test_an_admin_rule_refuses_through_the_api_and_the_sandbox_repeats_it(cast, as_builder_full):
+    CommandRule.objects.create(name="no_publish", regex=r"npm\s+publish", action="block", reason="For people.")
+    response = as_builder_full.post(
+        CALLS, {"tool": "bash_exec", "input": {"command": "cd pkg && npm publish"}, "channel": "ops"}, format="json"
+    )
+    call = response.json()
+    assert response.status_code == 200 and call["status"] == "denied"
+    assert (call["decision"]["decided_by"], call["decision"]["rule"]) == ("floor", "command_policy:no_publish")
+    assert "For people." in call["decision"]["reason"]
+    # The sandbox's own check, which a tool reaching it some other way would meet, has the rule too.
+    sandbox_floor = gateway().floors[0]
+    assert sandbox_floor.evaluate(language="bash", text="npm publish").blocked.name == "no_publish"
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from django.contrib import admin, messages
 from .models import (
     Agent,
     Channel,
+    CommandRule,
     GlobalToolPermission,
     McpServer,
     NetworkAllow,
@@ -158,6 +159,22 @@ class NetworkAllowAdmin(admin.ModelAdmin):
     list_display = ["entry", "note", "changed_by", "changed_at"]
     search_fields = ["entry", "note"]
     fields = ["entry", "note", "changed_by", "changed_at"]
+    readonly_fields = ["changed_by", "changed_at"]
+
+    def save_model(self, request, obj, form, change):
+        obj.changed_by = request.user
+        super().save_model(request, obj, form, change)
+
+
+@admin.register(CommandRule)
+class CommandRuleAdmin(admin.ModelAdmin):
+    """The admin's command-policy rules (the hardline rules are built in and cannot be changed here); every process's
+    floor and sandbox use a change from their next call on."""
+
+    list_display = ["name", "action", "regex", "reason", "changed_by", "changed_at"]
+    list_filter = ["action"]
+    search_fields = ["name", "regex", "reason"]
+    fields = ["name", "action", "regex", "reason", "changed_by", "changed_at"]
     readonly_fields = ["changed_by", "changed_at"]
 
     def save_model(self, request, obj, form, change):

@@ -7,9 +7,8 @@ class ToolsAppConfig(AppConfig):
     verbose_name = "Tools and policy"
 
     def ready(self) -> None:
-        from . import signals
+        from . import command_policy, signals  # noqa: F401  command_policy registers [sandbox] in aleph.toml
         from .api import schema  # noqa: F401  registers the Bearer scheme with drf-spectacular
-        from .command_policy import rules_path  # noqa: F401  registers [sandbox] in aleph.toml
         from .mcp import toml  # noqa: F401  registers [[mcp_servers]] in aleph.toml
 
         signals.connect()

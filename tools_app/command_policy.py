@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import json
-import os
 import posixpath
 import re
-import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import tree_sitter_bash
-from django.conf import settings
-from django.db import transaction
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from tree_sitter import Language, Node, Parser
 
 from .chokepoint.base import BaseTool
-from .chokepoint.policy import DENY, Decision
+from .chokepoint.policy import DENY, NO_COMMAND_RULES, CommandRules, CompiledPolicy, Decision
+from .models import COMMAND_RULE_NAME, CommandRule
 from .policy_toml import PolicyFileError, Section, section_register
 
 BASH = Language(tree_sitter_bash.language())
@@ -762,17 +756,10 @@ ARGUMENT_RULES: dict[str, Callable[[list[Word]], None]] = {
 }
 
 
-# -- the admin's rules, kept beside the data directory and edited as [sandbox.command_policy] ------------------------
+# -- the admin's rules: stored with the policy, edited in the admin console or as [sandbox.command_policy] --------
 
 
-@dataclass(frozen=True)
-class CustomRule:
-    name: str
-    pattern: re.Pattern[str]
-    reason: str
-
-
-RULE_NAME = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+RULE_NAME = COMMAND_RULE_NAME
 
 
 class RuleSpec(BaseModel):
@@ -823,42 +810,16 @@ class SandboxSpec(BaseModel):
     command_policy: CommandPolicySpec = Field(default_factory=CommandPolicySpec)
 
 
-def rules_path() -> Path:
-    return Path(settings.DATA_DIR) / "sandbox" / "command_policy.json"
-
-
 class CommandPolicy:
-    """The floor for exec-class tools (CommandFloor) and the same check the sandbox repeats before it runs anything."""
+    """The floor for exec-class tools (CommandFloor) and the same check the sandbox repeats before it runs anything.
 
-    def __init__(self, *, store: Path | None = None):
-        self.store = store
-        self._lock = threading.Lock()
-        self._stamp: tuple[int, int] | None = None
-        self._rules: tuple[tuple[CustomRule, ...], tuple[CustomRule, ...]] = ((), ())
+    The admin's rules are part of the compiled policy: the floor reads them from the policy the call is decided by;
+    the sandbox, in its worker thread, from `rules` (the current policy's in production, none by default)."""
 
-    def custom_rules(self) -> tuple[tuple[CustomRule, ...], tuple[CustomRule, ...]]:
-        """(block, warn), re-read whenever the stored file changed; a broken file blocks everything."""
-        if self.store is None:
-            return (), ()
-        try:
-            info = os.stat(self.store)
-        except FileNotFoundError:
-            return (), ()
-        stamp = (info.st_mtime_ns, info.st_size)
-        if stamp != self._stamp:
-            with self._lock:
-                try:
-                    spec = CommandPolicySpec.model_validate(json.loads(self.store.read_text()))
-                    self._rules = (_compile(spec, "block"), _compile(spec, "warn"))
-                except (OSError, ValueError) as exc:
-                    broken = CustomRule(
-                        "unreadable_rules", re.compile(""), f"The stored command policy is broken: {exc}"
-                    )
-                    self._rules = ((broken,), ())
-                self._stamp = stamp
-        return self._rules
+    def __init__(self, *, rules: Callable[[], CommandRules] | None = None):
+        self.rules = rules or (lambda: NO_COMMAND_RULES)
 
-    def evaluate(self, *, language: str, text: str) -> Verdict:
+    def evaluate(self, *, language: str, text: str, rules: CommandRules | None = None) -> Verdict:
         if len(text) > MAX_SCRIPT_CHARS:
             return Verdict(Rule("parse_error", f"The program is longer than {MAX_SCRIPT_CHARS} characters."))
         analysis = Analysis()
@@ -872,19 +833,19 @@ class CommandPolicy:
             except Exception as exc:  # the floor fails closed: what it cannot analyse does not run
                 return Verdict(Rule("parse_error", f"The floor could not analyse the command ({exc!r})."))
         texts = [text, *analysis.commands]
-        block, warn = self.custom_rules()
-        for rule in block:
+        custom = self.rules() if rules is None else rules
+        for rule in custom.block:
             if any(rule.pattern.search(t) for t in texts):
                 return Verdict(Rule(rule.name, rule.reason or f"Blocked by the command policy rule {rule.name}."))
-        warnings = tuple(Rule(r.name, r.reason) for r in warn if any(r.pattern.search(t) for t in texts))
+        warnings = tuple(Rule(r.name, r.reason) for r in custom.warn if any(r.pattern.search(t) for t in texts))
         return Verdict(None, warnings)
 
-    def check(self, tool: BaseTool, args: Any) -> Decision | None:
+    def check(self, tool: BaseTool, args: Any, policy: CompiledPolicy) -> Decision | None:
         script = getattr(tool, "floor_script", None)
         if script is None:
             return None
         language, text = script(args)
-        verdict = self.evaluate(language=language, text=text)
+        verdict = self.evaluate(language=language, text=text, rules=policy.command_rules)
         if verdict.blocked is None:
             return None
         rule = verdict.blocked
@@ -896,18 +857,22 @@ class CommandPolicy:
         )
 
 
-def _compile(spec: CommandPolicySpec, action: str) -> tuple[CustomRule, ...]:
-    return tuple(CustomRule(r.name, re.compile(r.regex), r.reason) for r in spec.custom_rules if r.action == action)
-
-
-def command_policy_store(*, spec: CommandPolicySpec, path: Path | None = None) -> None:
-    """Write the admin's rules atomically; every process's floor sees them on its next check."""
-    target = path or rules_path()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=".command_policy.")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(spec.model_dump(), handle, indent=1)
-    os.replace(temporary, target)
+def command_rules_replace(*, spec: CommandPolicySpec) -> dict[str, int]:
+    """Make the stored rules exactly `spec`'s, keeping rows that did not change (and who last changed them)."""
+    wanted = {rule.name: rule for rule in spec.custom_rules}
+    existing = {row.name: row for row in CommandRule.objects.all()}
+    removed = [row.pk for name, row in existing.items() if name not in wanted]
+    CommandRule.objects.filter(pk__in=removed).delete()
+    for name, rule in wanted.items():
+        fields = {"regex": rule.regex, "action": rule.action, "reason": rule.reason}
+        row = existing.get(name)
+        if row is None:
+            CommandRule.objects.create(name=name, **fields)
+        elif any(getattr(row, key) != value for key, value in fields.items()):
+            for key, value in fields.items():
+                setattr(row, key, value)
+            row.save()
+    return {"rules": len(wanted), "removed": len(removed)}
 
 
 def sandbox_section_apply(value: Any) -> None:
@@ -917,15 +882,14 @@ def sandbox_section_apply(value: Any) -> None:
         error = exc.errors(include_url=False)[0]
         where = ".".join(str(p) for p in ("sandbox", *error["loc"]))
         raise PolicyFileError(f"{where}: {error['msg']}", None) from None
-    transaction.on_commit(lambda: command_policy_store(spec=spec.command_policy))
+    command_rules_replace(spec=spec.command_policy)
 
 
 def sandbox_section_export() -> dict[str, Any]:
-    try:
-        stored = CommandPolicySpec.model_validate(json.loads(rules_path().read_text()))
-    except (OSError, ValueError):
-        return {}
-    rules = [{key: value for key, value in rule.model_dump().items() if value} for rule in stored.custom_rules]
+    rules = [
+        {key: value for key, value in row.items() if value}
+        for row in CommandRule.objects.order_by("name").values("name", "regex", "action", "reason")
+    ]
     return {"command_policy": {"custom_rules": rules}} if rules else {}
 
 

@@ -8,6 +8,18 @@ from django.db import models
 from django.db.models import Q
 
 
+class ChangeStamped(models.Model):
+    """A piece of policy people edit: who changed it last (none when a policy file or a script did), and when."""
+
+    changed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    changed_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+
+
 class ExecTier(models.TextChoices):
     ASK = "ask", "Ask"
     AUTO = "auto", "Auto"
@@ -110,17 +122,13 @@ class Channel(models.Model):
         return self.name
 
 
-class ToolPermission(models.Model):
+class ToolPermission(ChangeStamped):
     scope = models.CharField(max_length=8, choices=Scope.choices)
     agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.CASCADE, related_name="permissions")
     channel = models.ForeignKey(Channel, null=True, blank=True, on_delete=models.CASCADE, related_name="permissions")
     pattern = models.CharField(max_length=128, validators=[pattern_validator])
     action = models.CharField(max_length=8, choices=Action.choices)
     note = models.CharField(max_length=500, blank=True)
-    changed_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    changed_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["scope", "pattern"]
@@ -272,7 +280,7 @@ class McpStatus(models.TextChoices):
     NEEDS_LOGIN = "needs_login", "Needs login"
 
 
-class McpServer(models.Model):
+class McpServer(ChangeStamped):
     """An MCP server whose tools are bridged through the chokepoint; the status fields are the manager's."""
 
     name = models.CharField(max_length=64, unique=True, validators=[name_validator])
@@ -295,10 +303,6 @@ class McpServer(models.Model):
     connected_since = models.DateTimeField(null=True, blank=True, editable=False)
     oauth = models.BinaryField(default=b"", blank=True, editable=False, help_text="OAuth tokens, encrypted.")
     oauth_pending = models.JSONField(default=dict, blank=True, editable=False, help_text="A login in progress.")
-    changed_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    changed_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["name"]
@@ -337,7 +341,7 @@ def network_entry_validate(value: str) -> None:
         raise ValidationError(str(exc)) from None
 
 
-class NetworkAllow(models.Model):
+class NetworkAllow(ChangeStamped):
     """One entry of the outbound allow list: the only way a fetch reaches a loopback, private or internal address."""
 
     entry = models.CharField(
@@ -347,10 +351,6 @@ class NetworkAllow(models.Model):
         help_text="An exact host (mcp.internal, 10.0.0.5, mcp.internal:8443, [fd00::1]:443) or a network (10.0.0.0/8).",
     )
     note = models.CharField(max_length=500, blank=True)
-    changed_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    changed_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["entry"]
@@ -359,3 +359,55 @@ class NetworkAllow(models.Model):
 
     def __str__(self) -> str:
         return self.entry
+
+
+COMMAND_RULE_NAME = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+
+
+def command_rule_name_validate(value: str) -> None:
+    from django.core.exceptions import ValidationError
+
+    from .command_policy import HARDLINE
+
+    if value in HARDLINE:
+        raise ValidationError(f"{value!r} is a hardline rule's name; hardline rules cannot be replaced or switched off")
+
+
+def command_rule_regex_validate(value: str) -> None:
+    import re
+
+    from django.core.exceptions import ValidationError
+
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValidationError(f"not a regular expression: {exc}") from None
+
+
+class CommandRuleAction(models.TextChoices):
+    BLOCK = "block", "Block"
+    WARN = "warn", "Warn"
+
+
+class CommandRule(ChangeStamped):
+    """One of the admin's command-policy rules: a regular expression over every command an exec-class call would run
+    (as written and as the floor normalises it). Block refuses the call under every tier; warn annotates it."""
+
+    name = models.CharField(
+        max_length=64,
+        unique=True,
+        validators=[
+            RegexValidator(COMMAND_RULE_NAME, "lowercase letters, digits, _ and -, starting with a letter or digit"),
+            command_rule_name_validate,
+        ],
+    )
+    regex = models.TextField(max_length=1000, validators=[command_rule_regex_validate])
+    action = models.CharField(max_length=8, choices=CommandRuleAction.choices)
+    reason = models.CharField(max_length=500, blank=True, help_text="What the model is told when the rule fires.")
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "command-policy rule"
+
+    def __str__(self) -> str:
+        return self.name

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 
-from .chokepoint.policy import AgentInfo, ChannelInfo, CompiledPolicy, ScopeTable
-from .models import Agent, Channel, PolicyState, Scope, ToolPermission, new_policy_version
+from .chokepoint.policy import AgentInfo, ChannelInfo, CompiledPolicy, ScopeTable, command_rules_compile
+from .models import Agent, Channel, CommandRule, PolicyState, Scope, ToolPermission, new_policy_version
 
 _lock = threading.Lock()
 _compiled: CompiledPolicy | None = None
@@ -66,6 +66,9 @@ def policy_compile(version: str) -> CompiledPolicy:
         agents=agents,
         channels=channels,
         agent_tokens=tokens,
+        command_rules=command_rules_compile(
+            CommandRule.objects.order_by("name").values_list("name", "regex", "action", "reason")
+        ),
     )
 
 

@@ -3,7 +3,7 @@
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import Signal
 
-from .models import Agent, Channel, NetworkAllow, PolicyState, ToolPermission
+from .models import Agent, Channel, CommandRule, NetworkAllow, PolicyState, ToolPermission
 from .policy_store import policy_touch
 
 # Sent with `agent=` inside the transaction that creates an agent (agent_create, the admin): the ledger gives it a key.
@@ -17,6 +17,6 @@ def _touch(sender, **kwargs) -> None:
 
 
 def connect() -> None:
-    for model in (Agent, Channel, ToolPermission, PolicyState, NetworkAllow):
+    for model in (Agent, Channel, ToolPermission, PolicyState, NetworkAllow, CommandRule):
         post_save.connect(_touch, sender=model, dispatch_uid=f"policy_touch_save_{model.__name__}")
         post_delete.connect(_touch, sender=model, dispatch_uid=f"policy_touch_delete_{model.__name__}")

@@ -211,6 +211,41 @@ class ChannelInfo:
     approval_timeout_s: int
 
 
+@dataclass(frozen=True)
+class CustomRule:
+    """One of the admin's command-policy rules: a regular expression over every command an exec call would run."""
+
+    name: str
+    pattern: re.Pattern[str]
+    reason: str
+
+
+@dataclass(frozen=True)
+class CommandRules:
+    """The admin's command-policy rules, compiled: a block rule refuses the call, a warn rule annotates it."""
+
+    block: tuple[CustomRule, ...] = ()
+    warn: tuple[CustomRule, ...] = ()
+
+
+NO_COMMAND_RULES = CommandRules()
+
+
+def command_rules_compile(rows: Iterable[tuple[str, str, str, str]]) -> CommandRules:
+    """(name, regex, action, reason) rows as stored. A row that does not compile (written past validation) makes a
+    rule that matches everything: the floor fails closed."""
+    block: list[CustomRule] = []
+    warn: list[CustomRule] = []
+    for name, regex, action, reason in rows:
+        try:
+            pattern = re.compile(regex)
+        except re.error as exc:
+            block.append(CustomRule(name, re.compile(""), f"The command-policy rule {name} is broken ({exc})."))
+            continue
+        (block if action == "block" else warn).append(CustomRule(name, pattern, reason))
+    return CommandRules(tuple(block), tuple(warn))
+
+
 @dataclass
 class CompiledPolicy:
     """Everything a decision needs, built once per policy version and shared by every request."""
@@ -223,6 +258,7 @@ class CompiledPolicy:
     agents: dict[int, AgentInfo] = field(default_factory=dict)
     channels: dict[str, ChannelInfo] = field(default_factory=dict)
     agent_tokens: dict[str, int] = field(default_factory=dict)
+    command_rules: CommandRules = NO_COMMAND_RULES
 
     def agent_lineage(self, agent_id: int) -> list[AgentInfo]:
         """The agent, then its parent, and so on: a sub-agent is bound by its parents' entries too."""

@@ -89,7 +89,7 @@ class Recorder(Protocol):
 
 
 class CommandFloor(Protocol):
-    def check(self, tool: BaseTool, args: Any) -> Decision | None: ...
+    def check(self, tool: BaseTool, args: Any, policy: CompiledPolicy) -> Decision | None: ...
 
 
 class NoApprovalGate:
@@ -260,7 +260,7 @@ class ScopedToolService:
                 f"An agent can never change the settings that gate it; {tool.name} is for people only.",
             )
         for floor in self.floors:
-            decision = floor.check(tool, args)
+            decision = floor.check(tool, args, self.policy)
             if decision is not None:
                 return decision
         return None

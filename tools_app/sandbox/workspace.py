@@ -9,7 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ..command_policy import CommandPolicy, rules_path
+from ..chokepoint.policy import CommandRules
+from ..command_policy import CommandPolicy
+from ..policy_store import current_policy, policy_last
 from .base import STRONGEST, ExecRequest, ExecResult, Limits, SandboxRefused, Workspace, level_rank
 from .engine import Engine, agent_uid, workspace_prepare
 from .layers import LAYERS, SANDBOX_PATH
@@ -60,7 +62,7 @@ class WorkspaceSandbox:
     def start(cls, *, data_dir: Path, min_level: str | None = None) -> WorkspaceSandbox:
         """Probe the layers, then run at the strongest that works, with the floor reading the admin's rules."""
         report = sandbox_probe(data_dir=data_dir, min_level=min_level)
-        return cls(data_dir=data_dir, policy=CommandPolicy(store=rules_path()), report=report)
+        return cls(data_dir=data_dir, policy=CommandPolicy(rules=_current_rules), report=report)
 
     def health(self) -> dict[str, Any]:
         return {**self.report.as_dict(), "level": self.level, "languages": list(self.languages())}
@@ -143,3 +145,9 @@ class WorkspaceSandbox:
         except (PathRefused, FileNotFoundError) as exc:
             raise SandboxRefused("bad_working_dir", f"working_dir {working_dir!r}: {exc}") from None
         return workspace.path.joinpath(*parts)
+
+
+def _current_rules() -> CommandRules:
+    """The admin's rules as this process last compiled them: never older than those the floor checked the call with,
+    since that policy was compiled for it. Without any yet (no call decided here), the current policy's."""
+    return (policy_last() or current_policy()).command_rules
