@@ -762,6 +762,21 @@ ARGUMENT_RULES: dict[str, Callable[[list[Word]], None]] = {
 RULE_NAME = COMMAND_RULE_NAME
 
 
+def rule_name_problem(name: str) -> str | None:
+    """What is wrong with an admin rule's name beyond its pattern (aleph.toml and the admin console both ask)."""
+    if name in HARDLINE:
+        return f"{name!r} is a hardline rule's name; hardline rules cannot be replaced or switched off"
+    return None
+
+
+def rule_regex_problem(regex: str) -> str | None:
+    try:
+        re.compile(regex)
+    except re.error as exc:
+        return f"not a regular expression: {exc}"
+    return None
+
+
 class RuleSpec(BaseModel):
     """One [[sandbox.command_policy.custom_rules]] table."""
 
@@ -775,17 +790,17 @@ class RuleSpec(BaseModel):
     @field_validator("name")
     @classmethod
     def _not_hardline(cls, value: str) -> str:
-        if value in HARDLINE:
-            raise ValueError(f"{value!r} is a hardline rule's name; hardline rules cannot be replaced or switched off")
+        problem = rule_name_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("regex")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"not a regular expression: {exc}") from None
+        problem = rule_regex_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
 

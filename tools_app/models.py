@@ -367,21 +367,19 @@ COMMAND_RULE_NAME = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 def command_rule_name_validate(value: str) -> None:
     from django.core.exceptions import ValidationError
 
-    from .command_policy import HARDLINE
+    from .command_policy import rule_name_problem
 
-    if value in HARDLINE:
-        raise ValidationError(f"{value!r} is a hardline rule's name; hardline rules cannot be replaced or switched off")
+    if problem := rule_name_problem(value):
+        raise ValidationError(problem)
 
 
 def command_rule_regex_validate(value: str) -> None:
-    import re
-
     from django.core.exceptions import ValidationError
 
-    try:
-        re.compile(value)
-    except re.error as exc:
-        raise ValidationError(f"not a regular expression: {exc}") from None
+    from .command_policy import rule_regex_problem
+
+    if problem := rule_regex_problem(value):
+        raise ValidationError(problem)
 
 
 class CommandRuleAction(models.TextChoices):

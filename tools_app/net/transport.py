@@ -11,6 +11,8 @@ import time
 from collections.abc import Iterable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
+from types import ModuleType
+from typing import ClassVar
 
 import httpcore
 import httpcore2
@@ -81,13 +83,34 @@ class PinnedBackend(httpcore.AsyncNetworkBackend):
 
 
 class _Pinning:
-    """The vetting both transports share: check the URL, resolve it (answers reused for a keep-alive window) and pin
-    the request's connection to the vetted addresses while the pool handles it."""
+    """What both transports share: a pool whose backend dials only pinned addresses (no proxy, no unix socket, no
+    retries), and the vetting of each request: check the URL, resolve it (answers reused for a keep-alive window) and
+    pin the request's connection to the vetted addresses while the pool handles it. `core` is httpcore or httpcore2.
+    The parent transport's __init__ is skipped on purpose: it would build its pool from proxy settings."""
 
-    def _pinning_init(self, guard: Guard, keepalive_expiry: float | None) -> None:
+    core: ClassVar[ModuleType]
+
+    def __init__(
+        self,
+        *,
+        guard: Guard,
+        ssl_context: ssl.SSLContext,
+        connector: httpcore.AsyncNetworkBackend | httpcore2.AsyncNetworkBackend | None = None,
+        limits: httpx.Limits = DEFAULT_LIMITS,
+    ):
         self.guard = guard
         self._answers: dict[tuple[str, int], tuple[float, tuple[str, ...]]] = {}
-        self._answer_ttl = keepalive_expiry or 0.0
+        self._answer_ttl = limits.keepalive_expiry or 0.0
+        self._pool = self.core.AsyncConnectionPool(
+            ssl_context=ssl_context,
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            http1=True,
+            http2=False,
+            retries=0,
+            network_backend=PinnedBackend(connector or self.core.AnyIOBackend()),
+        )
 
     async def _addresses(self, target: Target) -> tuple[str, ...]:
         """Vetted answers are reused within the keep-alive window, as a pooled connection to them would be."""
@@ -109,28 +132,9 @@ class _Pinning:
 
 
 class GuardedTransport(_Pinning, httpx.AsyncHTTPTransport):
-    """httpx's transport over a connection pool whose backend is pinned; no proxy, no unix socket, no retries."""
+    """httpx's transport over the pinned pool."""
 
-    def __init__(
-        self,
-        *,
-        guard: Guard,
-        ssl_context: ssl.SSLContext,
-        connector: httpcore.AsyncNetworkBackend | None = None,
-        limits: httpx.Limits = DEFAULT_LIMITS,
-    ):
-        # The parent's __init__ is skipped on purpose: it would build its pool from proxy settings; this one has none.
-        self._pinning_init(guard, limits.keepalive_expiry)
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ssl_context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            http1=True,
-            http2=False,
-            retries=0,
-            network_backend=PinnedBackend(connector or httpcore.AnyIOBackend()),
-        )
+    core = httpcore
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         token = await self._pin_for(request.url)
@@ -144,25 +148,7 @@ class GuardedHttpx2Transport(_Pinning, httpx2.AsyncHTTPTransport):
     """The same pinned pool for httpx2 (the MCP SDK's client). A refusal surfaces as httpx2's ConnectError carrying
     the guard's message (rule and all), which is what the SDK and the MCP servers page report."""
 
-    def __init__(
-        self,
-        *,
-        guard: Guard,
-        ssl_context: ssl.SSLContext,
-        connector: httpcore2.AsyncNetworkBackend | None = None,
-        limits: httpx.Limits = DEFAULT_LIMITS,
-    ):
-        self._pinning_init(guard, limits.keepalive_expiry)
-        self._pool = httpcore2.AsyncConnectionPool(
-            ssl_context=ssl_context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            http1=True,
-            http2=False,
-            retries=0,
-            network_backend=PinnedBackend(connector or httpcore2.AnyIOBackend()),
-        )
+    core = httpcore2
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         try:
