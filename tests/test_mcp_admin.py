@@ -71,6 +71,7 @@ def test_policy_import_creates_and_updates_servers_and_export_round_trips(cast):
         ('name = "bad name"\ncommand = "y"', "name"),
         ('name = "x"\ncommand = "y"\nsurprise = 1', "surprise"),
         ('name = "x"\ntransport = "http"\nurl = "http://x/"\nnetwork_allow = ["not an address!"]', "network_allow"),
+        ('name = "x"\ncommand = "y"\nenv = { KEY = "${ALEPH_SECRET_KEY}" }', "Aleph's own settings"),
     ],
 )
 def test_a_bad_server_entry_is_refused_whole_with_its_location(cast, entry, message):

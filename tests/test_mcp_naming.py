@@ -6,7 +6,7 @@ from mcp.types import Tool, ToolAnnotations
 from tools_app.chokepoint.base import READ_ONLY, ToolFacts, ToolResult, UntypedToolAdapter
 from tools_app.chokepoint.registry import RegistryFrozen, ToolRegistry
 from tools_app.mcp.bridge import BRIDGE_TOOL_NAMES, catalog_build
-from tools_app.mcp.config import ServerSpec, config_problems
+from tools_app.mcp.config import ServerSpec, UnsetVariable, config_problems, reference_problem
 from tools_app.mcp.manager import Connection, _lenient_tools
 from tools_app.mcp.naming import facts_from_annotations, mcp_tool_name, prefixed_resolve, schema_problem
 
@@ -215,6 +215,47 @@ def test_config_problems():
     assert "headers" in config_problems(transport="http", **{**ok, "url": "http://x/", "headers": {"X": "a\nb"}})
     assert "network_allow" in config_problems(transport="http", **{**ok, "url": "http://x/", "network_allow": ["a b"]})
     assert "transport" in config_problems(transport="ws", **ok)
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("Bearer ${GITHUB_TOKEN}", None),
+        ("${A}-${B_2}", None),
+        ("literal $${NOT_A_REFERENCE} and pa$$word", None),
+        ("${}", "must name an environment variable"),
+        ("${2FA}", "must name an environment variable"),
+        ("${ALEPH_SECRET_KEY}", "Aleph's own settings"),
+        ("postgres ${DATABASE_URL}", "Aleph's own settings"),
+        ("${REDIS_URL}", "Aleph's own settings"),
+        ("${DJANGO_SETTINGS_MODULE}", "Aleph's own settings"),
+        ("${OPEN", "not closed"),
+    ],
+)
+def test_environment_references_are_checked_when_saved(value, problem):
+    found = reference_problem(value)
+    assert (found is None) if problem is None else (problem in found), found
+    ok = {"command": "x", "args": [], "env": {"TOKEN": value}, "url": "", "headers": {}, "network_allow": []}
+    assert ("env" in config_problems(transport="stdio", **ok)) is (problem is not None)
+
+
+def test_references_are_filled_in_at_connect_time_and_an_unset_one_refuses():
+    spec = ServerSpec(
+        id=1,
+        name="gh",
+        transport="stdio",
+        command="x",
+        env=(("TOKEN", "${GH_TOKEN}"), ("LITERAL", "$${GH_TOKEN}"), ("PLAIN", "a$$b")),
+    )
+    assert spec.environment({"GH_TOKEN": "s3cret"}) == {"TOKEN": "s3cret", "LITERAL": "${GH_TOKEN}", "PLAIN": "a$$b"}
+    with pytest.raises(UnsetVariable, match=r"env TOKEN refers to \$\{GH_TOKEN\}, which is not set") as unset:
+        spec.environment({})
+    assert "s3cret" not in str(unset.value)
+    headers = (("Authorization", "Bearer ${T}"),)
+    web = ServerSpec(id=2, name="web", transport="http", url="https://x/mcp", headers=headers)
+    assert web.request_headers({"T": "abc"}) == {"Authorization": "Bearer abc"}
+    with pytest.raises(UnsetVariable, match="line break"):
+        web.request_headers({"T": "abc\r\nX-Injected: 1"})
 
 
 # -- the registry's provider seam ------------------------------------------------------------------

@@ -78,6 +78,26 @@ async def test_a_crashing_stdio_server_shows_its_error_loses_its_tools_and_comes
     assert int(whoami.result.output["structuredContent"]["result"]) != first_pid
 
 
+async def test_an_env_reference_is_read_at_connect_time_and_an_unset_one_keeps_the_server_off(
+    bridge, mcp_cast, flaky, monkeypatch
+):
+    _, pid_file = flaky
+    monkeypatch.delenv("FLAKY_PID_FILE", raising=False)
+    await server_add(**peer_row("flaky", PEER_PID_FILE="${FLAKY_PID_FILE}"))
+    await eventually(
+        lambda: bridge.status("flaky") is not None and "FLAKY_PID_FILE" in bridge.row("flaky")["last_error"],
+        what="the unset variable named",
+    )
+    assert "not set in Aleph's environment" in bridge.row("flaky")["last_error"]
+    assert bridge.status("flaky") in ("error", "connecting") and bridge.registry.get("flaky__add") is None
+    assert not pid_file.exists()  # the server was never started
+    monkeypatch.setenv("FLAKY_PID_FILE", str(pid_file))
+    await eventually(lambda: bridge.status("flaky") == "connected", what="connected once the variable is set")
+    assert int(pid_file.read_text()) > 0  # the server received the value, not the reference
+    stored = await sync_to_async(lambda: McpServer.objects.get(name="flaky").env)()
+    assert stored == {"PEER_PID_FILE": "${FLAKY_PID_FILE}"}  # the database keeps the reference only
+
+
 async def test_a_hung_stdio_server_is_detected_and_replaced(bridge, mcp_cast, flaky):
     mode, pid_file = flaky
     await server_add(**peer_row("flaky", PEER_MODE_FILE=str(mode), PEER_PID_FILE=str(pid_file)), call_timeout_s=2)

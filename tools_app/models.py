@@ -287,9 +287,17 @@ class McpServer(ChangeStamped):
     transport = models.CharField(max_length=8, choices=McpTransport.choices, default=McpTransport.STDIO)
     command = models.CharField(max_length=500, blank=True, help_text="stdio: the executable to start.")
     args = models.JSONField(default=list, blank=True, help_text="stdio: a JSON list of arguments.")
-    env = models.JSONField(default=dict, blank=True, help_text="stdio: extra environment variables (JSON object).")
+    env = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="stdio: extra environment variables (JSON object); ${NAME} is NAME from Aleph's environment.",
+    )
     url = models.CharField(max_length=2000, blank=True, help_text="http: the server's streamable HTTP endpoint.")
-    headers = models.JSONField(default=dict, blank=True, help_text="http: extra request headers (JSON object).")
+    headers = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="http: extra request headers (JSON object); ${NAME} is NAME from Aleph's environment.",
+    )
     network_allow = models.JSONField(
         default=list,
         blank=True,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -10,6 +13,43 @@ from ..models import McpServer
 from ..net.guard import allow_entry_parse
 
 ENV_KEY_LIMIT = 128
+
+# `${NAME}` in an env or header value is NAME from Aleph's own environment, read at connect time, so a secret need not
+# sit in aleph.toml, the database or `policy export`. `$${` is a literal `${`.
+REFERENCE = re.compile(r"(\$?)\$\{([^}]*)\}")
+VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Aleph's own settings (its secret key, database and Redis credentials) are never handed to an MCP server.
+OWN_VARIABLES = ("ALEPH_", "DJANGO_", "DATABASE_URL", "REDIS_URL")
+
+
+class UnsetVariable(ValueError):
+    pass
+
+
+def reference_problem(value: str) -> str | None:
+    """What is wrong with the `${...}` references in one value; None when each names a variable it may read."""
+    for escaped, name in REFERENCE.findall(value):
+        if escaped:
+            continue
+        if not VARIABLE.fullmatch(name):
+            return f"${{{name}}} must name an environment variable: letters, digits and _, not starting with a digit."
+        if name.startswith(OWN_VARIABLES):
+            return f"${{{name}}} is one of Aleph's own settings, which are never handed to an MCP server."
+    if "${" in REFERENCE.sub("", value):
+        return "A ${ is not closed: write ${NAME}, or $${ for a literal ${."
+    return None
+
+
+def expand(where: str, value: str, environ: Mapping[str, str]) -> str:
+    def one(match: re.Match[str]) -> str:
+        escaped, name = match.groups()
+        if escaped:
+            return match.group(0)[1:]
+        if name not in environ:
+            raise UnsetVariable(f"{where} refers to ${{{name}}}, which is not set in Aleph's environment.")
+        return environ[name]
+
+    return REFERENCE.sub(one, value)
 
 
 def config_problems(
@@ -23,10 +63,14 @@ def config_problems(
         problems["env"] = "env must map names to string values."
     elif any(not k or len(k) > ENV_KEY_LIMIT or "=" in k or "\0" in k for k in env):
         problems["env"] = "env names must be 1-128 characters without '=' or NUL."
+    elif problem := next(filter(None, (reference_problem(v) for v in env.values())), None):
+        problems["env"] = problem
     if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
         problems["headers"] = "headers must map header names to string values."
     elif any(not k or any(c in k for c in " :\r\n") or "\n" in v or "\r" in v for k, v in headers.items()):
         problems["headers"] = "A header name has no spaces or colons, and no header holds a line break."
+    elif problem := next(filter(None, (reference_problem(v) for v in headers.values())), None):
+        problems["headers"] = problem
     if not isinstance(network_allow, list) or not all(isinstance(a, str) for a in network_allow):
         problems["network_allow"] = "network_allow must be a list of addresses, networks or host names."
     else:
@@ -86,6 +130,20 @@ class ServerSpec:
             network_allow=tuple(row.network_allow or ()),
             call_timeout_s=float(row.call_timeout_s),
         )
+
+    def environment(self, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+        """The stdio server's extra environment with its `${NAME}` references filled in; UnsetVariable if one is not
+        set (the server is not started without it)."""
+        return {key: expand(f"env {key}", value, environ) for key, value in self.env}
+
+    def request_headers(self, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+        """The HTTP server's extra headers, references filled in; a value that would carry a line break is refused."""
+        headers = {}
+        for key, value in self.headers:
+            headers[key] = expand(f"header {key}", value, environ)
+            if "\r" in headers[key] or "\n" in headers[key]:
+                raise UnsetVariable(f"header {key} would hold a line break once its references are filled in.")
+        return headers
 
     def target(self) -> str:
         """What the operator recognises the server by: its command line or URL (never its environment)."""

@@ -20,7 +20,7 @@ def guarded_http_client_factory(outbound: Outbound) -> Any:
         return httpx2.AsyncClient(
             transport=outbound.transport_httpx2(AllowList((*allow.entries, *own.entries))),
             timeout=httpx2.Timeout(30, read=300),
-            headers=dict(spec.headers),
+            headers=spec.request_headers(),
             auth=auth,
             trust_env=False,
         )

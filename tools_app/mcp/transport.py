@@ -114,7 +114,7 @@ async def transport_open(
         async with client, watched(streamable_http_client(spec.url, http_client=client), watch) as streams:
             yield streams
         return
-    params = StdioServerParameters(command=spec.command, args=list(spec.args), env=dict(spec.env) or None)
+    params = StdioServerParameters(command=spec.command, args=list(spec.args), env=spec.environment() or None)
     async with watched(stdio_client(params, errlog=errlog), watch) as streams:
         yield streams
 
