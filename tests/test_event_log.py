@@ -97,7 +97,8 @@ async def test_a_held_write_lock_sends_the_row_the_ordinary_way_and_the_loop_kee
     assert outcome.status == CallStatus.SUCCEEDED
     assert await sync_to_async(stored)(outcome.id) is not None
     assert service.hops == ["reader"]
-    assert max(gaps) < 0.2, f"the event loop stalled for {max(gaps):.3f} s"
+    # A loop connection that waited on the lock would stall the loop for its whole busy timeout.
+    assert max(gaps) < 1.0, f"the event loop stalled for {max(gaps):.3f} s"
 
 
 async def test_the_loop_connection_never_checkpoints_a_worker_thread_does(service, monkeypatch):
