@@ -40,9 +40,9 @@ def service(monkeypatch):
     built.hops = []  # the calls whose row went through a worker thread
     write = built._write
 
-    def spy(call, mutating):
+    def spy(call, *args):
         built.hops.append(call.tool)
-        write(call, mutating)
+        write(call, *args)
 
     monkeypatch.setattr(built, "_write", spy)
     return built

@@ -6,7 +6,7 @@ from mcp.types import Tool, ToolAnnotations
 from tools_app.chokepoint.base import READ_ONLY, ToolFacts, ToolResult, UntypedToolAdapter
 from tools_app.chokepoint.registry import RegistryFrozen, ToolRegistry
 from tools_app.mcp.bridge import BRIDGE_TOOL_NAMES, catalog_build
-from tools_app.mcp.config import ServerSpec, UnsetVariable, config_problems, reference_problem
+from tools_app.mcp.config import ReferenceUnusable, ServerSpec, config_problems, reference_problem
 from tools_app.mcp.manager import Connection, _lenient_tools
 from tools_app.mcp.naming import facts_from_annotations, mcp_tool_name, prefixed_resolve, schema_problem
 
@@ -248,13 +248,13 @@ def test_references_are_filled_in_at_connect_time_and_an_unset_one_refuses():
         env=(("TOKEN", "${GH_TOKEN}"), ("LITERAL", "$${GH_TOKEN}"), ("PLAIN", "a$$b")),
     )
     assert spec.environment({"GH_TOKEN": "s3cret"}) == {"TOKEN": "s3cret", "LITERAL": "${GH_TOKEN}", "PLAIN": "a$$b"}
-    with pytest.raises(UnsetVariable, match=r"env TOKEN refers to \$\{GH_TOKEN\}, which is not set") as unset:
+    with pytest.raises(ReferenceUnusable, match=r"env TOKEN refers to \$\{GH_TOKEN\}, which is not set") as unset:
         spec.environment({})
     assert "s3cret" not in str(unset.value)
     headers = (("Authorization", "Bearer ${T}"),)
     web = ServerSpec(id=2, name="web", transport="http", url="https://x/mcp", headers=headers)
     assert web.request_headers({"T": "abc"}) == {"Authorization": "Bearer abc"}
-    with pytest.raises(UnsetVariable, match="line break"):
+    with pytest.raises(ReferenceUnusable, match="line break"):
         web.request_headers({"T": "abc\r\nX-Injected: 1"})
 
 

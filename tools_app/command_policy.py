@@ -759,9 +759,6 @@ ARGUMENT_RULES: dict[str, Callable[[list[Word]], None]] = {
 # -- the admin's rules: stored with the policy, edited in the admin console or as [sandbox.command_policy] --------
 
 
-RULE_NAME = COMMAND_RULE_NAME
-
-
 def rule_name_problem(name: str) -> str | None:
     """What is wrong with an admin rule's name beyond its pattern (aleph.toml and the admin console both ask)."""
     if name in HARDLINE:
@@ -782,7 +779,7 @@ class RuleSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    name: str = Field(pattern=RULE_NAME)
+    name: str = Field(pattern=COMMAND_RULE_NAME)
     regex: str = Field(min_length=1, max_length=1000)
     action: Literal["block", "warn"]
     reason: str = Field(default="", max_length=500)

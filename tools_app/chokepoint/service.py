@@ -434,11 +434,11 @@ class ScopedToolService:
         # Most calls are reads that ran: nothing to sign, and one INSERT is atomic on its own.
         alone = call._state.adding and not self.recorder.records(call, mutating=mutating)
         if not (alone and insert_from_loop(call)):
-            await sync_to_async(self._write)(call, mutating)
+            await sync_to_async(self._write)(call, mutating, alone)
         return CallOutcome(str(call.id), call.tool, status, decision, result)
 
-    def _write(self, call: ToolCall, mutating: bool) -> None:
-        if call._state.adding and not self.recorder.records(call, mutating=mutating):
+    def _write(self, call: ToolCall, mutating: bool, alone: bool) -> None:
+        if alone:
             insert(call)
             return
         with transaction.atomic():

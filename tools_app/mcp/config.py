@@ -22,8 +22,8 @@ VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 OWN_VARIABLES = ("ALEPH_", "DJANGO_", "DATABASE_URL", "REDIS_URL")
 
 
-class UnsetVariable(ValueError):
-    pass
+class ReferenceUnusable(ValueError):
+    """A `${NAME}` that cannot be filled in: NAME is not set, or its value would break the header it goes into."""
 
 
 def reference_problem(value: str) -> str | None:
@@ -46,7 +46,7 @@ def expand(where: str, value: str, environ: Mapping[str, str]) -> str:
         if escaped:
             return match.group(0)[1:]
         if name not in environ:
-            raise UnsetVariable(f"{where} refers to ${{{name}}}, which is not set in Aleph's environment.")
+            raise ReferenceUnusable(f"{where} refers to ${{{name}}}, which is not set in Aleph's environment.")
         return environ[name]
 
     return REFERENCE.sub(one, value)
@@ -132,7 +132,7 @@ class ServerSpec:
         )
 
     def environment(self, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-        """The stdio server's extra environment with its `${NAME}` references filled in; UnsetVariable if one is not
+        """The stdio server's extra environment with its `${NAME}` references filled in; ReferenceUnusable if one is not
         set (the server is not started without it)."""
         return {key: expand(f"env {key}", value, environ) for key, value in self.env}
 
@@ -142,7 +142,7 @@ class ServerSpec:
         for key, value in self.headers:
             headers[key] = expand(f"header {key}", value, environ)
             if "\r" in headers[key] or "\n" in headers[key]:
-                raise UnsetVariable(f"header {key} would hold a line break once its references are filled in.")
+                raise ReferenceUnusable(f"header {key} would hold a line break once its references are filled in.")
         return headers
 
     def target(self) -> str:
